@@ -1,0 +1,76 @@
+"""Which records are written: step and rank selection, `scope`, `list` and `data_mode`.
+
+Filters never touch numbering: call indices are assigned before a filter is asked, so the same call keeps
+the same name whatever the filter (that is what lets two differently filtered dumps be compared).
+"""
+from __future__ import annotations
+
+from .naming import BACKWARD, FORWARD, PARAMS_GRAD, counterpart, direction_of
+
+
+def _matches_fragment(name: str, fragment: str) -> bool:
+    """`linear` matches every `*.linear.*`; a full record name matches that record."""
+    return name == fragment or f".{fragment}." in f".{name}."
+
+
+class RecordFilter:
+    """Decides, per record name, whether a record is kept, following `scope`, `list` and `data_mode`.
+
+    `scope` is a range of record names in execution order, both ends included, the last one *fully*
+    (a module's inner calls count as inside it): the range opens when the first name starts and closes when
+    the last name ends. Records of the other direction follow their counterpart (the backward of a call in
+    the forward scope is kept).
+    """
+
+    def __init__(self, scope, names, directions, parts):
+        self.scope = list(scope or [])
+        self.names = list(names or [])
+        self.directions = set(directions)
+        self.parts = set(parts)
+        self._scope_direction = direction_of(self.scope[0]) if self.scope else None
+        self.reset()
+
+    def reset(self) -> None:
+        """Start of a step: the scope has not opened yet."""
+        self._in_scope = not self.scope
+        self._scope_done = False
+        self._scoped = set()
+
+    # -- scope bookkeeping, driven by the hooks -------------------------------------------------------------
+    def on_start(self, name: str) -> None:
+        if self.scope and not self._in_scope and not self._scope_done and name == self.scope[0]:
+            self._in_scope = True
+
+    def on_end(self, name: str) -> None:
+        if self.scope and self._in_scope and name == self.scope[1]:
+            self._scoped.add(name)
+            self._in_scope = False
+            self._scope_done = True
+
+    def _scope_allows(self, name: str, direction: str | None) -> bool:
+        if not self.scope:
+            return True
+        if direction == PARAMS_GRAD:
+            return True
+        if direction == self._scope_direction or direction is None:
+            if self._in_scope or name in self._scoped:
+                self._scoped.add(name)
+                return True
+            return False
+        return counterpart(name) in self._scoped
+
+    # -- the decision -------------------------------------------------------------------------------------
+    def wants(self, name: str) -> bool:
+        direction = direction_of(name)
+        in_scope = self._scope_allows(name, direction)  # first: scope membership must not depend on data_mode
+        if direction in (FORWARD, BACKWARD) and direction not in self.directions:
+            return False
+        if direction == PARAMS_GRAD and BACKWARD not in self.directions:
+            return False
+        if self.names and not any(_matches_fragment(name, f) for f in self.names):
+            return False
+        return in_scope
+
+    def wants_part(self, part: str) -> bool:
+        """part is `input` or `output`."""
+        return part in self.parts

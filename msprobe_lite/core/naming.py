@@ -1,0 +1,48 @@
+"""Record names, in the one place that knows the spec's (slightly irregular) word order.
+
+APIs put the call index before the direction (`Functional.linear.0.forward`); modules put it after
+(`Module.fc1.Linear.forward.0`). Both forms are built and parsed here only.
+"""
+from __future__ import annotations
+
+FORWARD = "forward"
+BACKWARD = "backward"
+PARAMS_GRAD = "parameters_grad"
+
+
+def api_record(prefix: str, api: str, index: int, direction: str) -> str:
+    return f"{prefix}.{api}.{index}.{direction}"
+
+
+def module_record(kind: str, path: str, cls: str, direction: str, index: int) -> str:
+    """kind is `Module` (PyTorch, MSAdapter) or `Cell` (MindSpore)."""
+    return f"{kind}.{path}.{cls}.{direction}.{index}"
+
+
+def params_grad_record(kind: str, path: str, cls: str, index: int) -> str:
+    return f"{kind}.{path}.{cls}.{PARAMS_GRAD}.{index}"
+
+
+def debug_record(name: str, index: int) -> str:
+    return f"{name}.{index}.debug"
+
+
+def counterpart(name: str) -> str:
+    """The same call seen from the other direction (forward <-> backward), or the name itself."""
+    parts = name.split(".")
+    for i in (-1, -2):
+        if len(parts) >= 2 and parts[i] in (FORWARD, BACKWARD):
+            parts[i] = BACKWARD if parts[i] == FORWARD else FORWARD
+            return ".".join(parts)
+    return name
+
+
+def direction_of(name: str) -> str | None:
+    """forward / backward / parameters_grad for a record name, None for anything else (debug)."""
+    parts = name.split(".")
+    for token in parts[-2:]:
+        if token in (FORWARD, BACKWARD):
+            return token
+    if len(parts) >= 2 and parts[-2] == PARAMS_GRAD:
+        return PARAMS_GRAD
+    return None

@@ -1,0 +1,51 @@
+"""The debugger never stops training: its own failures are reported once, loudly, and swallowed.
+
+`guarded` wraps every hook body. The first failure of each kind at each place is logged at ERROR level with
+its traceback; repeats are counted silently (the count appears in the final log line at exit).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import traceback
+
+log = logging.getLogger("msprobe_lite")
+if not log.handlers:
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(logging.Formatter("[msprobe_lite] %(levelname)s: %(message)s"))
+    log.addHandler(_handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+_seen: dict = {}
+
+
+def report_failure(where: str, exc: BaseException) -> None:
+    """Log a debugger failure once per (place, exception type); training goes on."""
+    key = (where, type(exc).__name__)
+    count = _seen.get(key, 0)
+    _seen[key] = count + 1
+    if count == 0:
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        log.error("internal failure in %s: %s: %s -- the data of this call is incomplete; training continues. "
+                  "Further failures of this kind are counted, not printed.\n%s",
+                  where, type(exc).__name__, exc, detail)
+
+
+def failure_counts() -> dict:
+    return dict(_seen)
+
+
+def guarded(where: str, default=None):
+    """Decorator: run the function, and on any Exception report it and return `default`."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the whole point: never break the user's training
+                report_failure(where, exc)
+                return default
+        return inner
+    return wrap

@@ -1,0 +1,182 @@
+"""The state of one debugging run: which step, whether collecting, call counters, records, stacks, hierarchy.
+
+Adapters call into a Session from their hooks; the session owns the decisions (is this step and rank
+selected, is this record wanted) and hands finished steps to the writer. It also makes sure that what was
+collected survives the end of the process: at exit (including after an uncaught exception) and on SIGTERM,
+every live session writes what it holds.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import threading
+import weakref
+
+from . import writer
+from .filters import RecordFilter
+from .records import Record
+from .safety import log, report_failure
+from .stacks import StackCollector
+
+
+class Session:
+    """One run of the debugger (one PrecisionDebugger).
+
+    Life cycle per step: `start()` opens collection (forward and backward), `stop()` closes forward collection
+    and writes what is there, `next_step()` writes again if backward records arrived meanwhile, then moves to
+    the next step. Backward hooks keep recording between `stop()` and `next_step()`, so `stop()` may sit before
+    `loss.backward()` as long as `step()` comes after it.
+    """
+
+    def __init__(self, config, framework: str, module_kind: str, framework_packages=(),
+                 rank_fn=lambda: None, resolver=None):
+        self.config = config
+        self.framework = framework
+        self.module_kind = module_kind
+        self.rank_fn = rank_fn
+        self.resolver = resolver          # adapter callback: fills Pending statistics in one batch
+        self.filter = RecordFilter(config.selection.scope, config.selection.list, config.directions,
+                                   config.parts)
+        self.stacks = StackCollector(framework_packages)
+        self.step = 0
+        self.rank = None
+        self.forward_on = False           # between start() and stop()
+        self.step_open = False            # between start() and step(): backward still recorded
+        self.finished = False             # past the last selected step: nothing more, ever
+        self._warned_rank = False
+        self._lock = threading.Lock()
+        self._reset_step()
+        _register(self)
+
+    # -- per-step state -------------------------------------------------------------------------------------
+    def _reset_step(self) -> None:
+        self.records = {}
+        self.counters = {}
+        self.construct = {}
+        self.pending = []
+        self.dirty = False
+        self.filter.reset()
+        self.stacks.reset()
+
+    def step_selected(self) -> bool:
+        return self.config.step.everything or self.step in self.config.step
+
+    def _rank_selected(self) -> bool:
+        selection = self.config.rank
+        if selection.everything:
+            return True
+        rank = 0 if self.rank is None else self.rank
+        if self.rank is None and rank not in selection and not self._warned_rank:
+            self._warned_rank = True
+            log.warning("config rank=%s selects no rank of this non-distributed run (it counts as rank 0): "
+                        "nothing will be dumped", selection.to_list())
+        return rank in selection
+
+    # -- life cycle -----------------------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Open collection for the current step; False when this step or rank is not dumped."""
+        if self.finished:
+            return False
+        self.rank = self.rank_fn()
+        if not (self.step_selected() and self._rank_selected()):
+            self.forward_on = self.step_open = False
+            return False
+        self.forward_on = self.step_open = True
+        return True
+
+    def stop(self) -> None:
+        self.forward_on = False
+        self.flush()
+
+    def next_step(self) -> None:
+        """Write the step, then move on; past the last listed step the session finishes for good."""
+        self.forward_on = False
+        self.flush()
+        self.step_open = False
+        self.step += 1
+        self._reset_step()
+        last = self.config.step.last
+        if last is not None and self.step > last:
+            self.finished = True
+
+    # -- used by hooks ---------------------------------------------------------------------------------------
+    def next_index(self, key) -> int:
+        """Call index of `key` (an API or a module path) within the step; filters never change it."""
+        n = self.counters.get(key, 0)
+        self.counters[key] = n + 1
+        return n
+
+    def add(self, record: Record) -> Record:
+        self.records[record.name] = record
+        self.dirty = True
+        return record
+
+    def touch(self) -> None:
+        """A record already added was filled in further (a late gradient)."""
+        self.dirty = True
+
+    def set_parent(self, name: str, parent) -> None:
+        self.construct[name] = parent
+
+    # -- writing ---------------------------------------------------------------------------------------------
+    def folder(self) -> str:
+        return writer.step_rank_dir(self.config.dump_path, self.step, self.rank)
+
+    def header(self) -> dict:
+        return {"task": self.config.task, "level": self.config.level, "framework": self.framework,
+                "dump_data_dir": None}
+
+    def flush(self) -> None:
+        """Write the current step if anything changed since the last write."""
+        with self._lock:
+            if not self.dirty:
+                return
+            try:
+                if self.resolver is not None and self.pending:
+                    self.resolver(self.pending)
+                    self.pending = []
+                records = [r for r in list(self.records.values()) if not r.is_empty()]
+                extra = self.config.extra_info
+                construct = (self.construct if self.config.level != "L1" else {}) if extra else None
+                writer.write_step(self.folder(), self.header(), records,
+                                  self.stacks.to_json() if extra else None, construct)
+                self.dirty = False
+            except Exception as exc:  # noqa: BLE001 - a failed write must not stop training
+                report_failure(f"writing {self.folder()}", exc)
+
+
+# -- keeping what was collected when the process ends ----------------------------------------------------------
+_live: "weakref.WeakSet[Session]" = weakref.WeakSet()
+_guard_installed = False
+
+
+def _flush_all() -> None:
+    for session in list(_live):
+        if session.step_open or session.dirty:
+            session.flush()
+
+
+def _on_sigterm(signum, frame, previous=None):
+    _flush_all()
+    if callable(previous):
+        previous(signum, frame)
+    elif previous != signal.SIG_IGN:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _register(session: Session) -> None:
+    """Track a live session; the first one installs the exit and SIGTERM guards."""
+    global _guard_installed
+    _live.add(session)
+    if _guard_installed:
+        return
+    _guard_installed = True
+    atexit.register(_flush_all)
+    if threading.current_thread() is threading.main_thread():
+        try:
+            previous = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, lambda s, f: _on_sigterm(s, f, previous))
+        except (ValueError, OSError) as exc:  # embedded interpreters may refuse
+            log.warning("cannot watch SIGTERM (%s): a terminated run loses its current step", exc)

@@ -1,0 +1,80 @@
+"""Call stacks for forward records, captured cheaply and stored once per distinct stack.
+
+Walking frames is cheap; formatting them (reading source lines) is not. A stack is identified by its
+(code object, line) pairs, so each distinct call site is formatted once per process and every later call
+from the same place costs one frame walk and one dict lookup.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+
+
+def _package_dir(module_name: str) -> str | None:
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None)
+    return os.path.dirname(os.path.abspath(path)) + os.sep if path else None
+
+
+class StackCollector:
+    """Captures the user's part of the stack and deduplicates identical stacks within a step.
+
+    Frames inside the debugger and inside the framework packages (torch, mindspore, ...) are not the user's
+    code and are left out, as are the interpreter's frozen import machinery frames.
+    """
+
+    def __init__(self, framework_packages=()):
+        skip = [_package_dir("msprobe_lite")]
+        skip += [_package_dir(name) for name in framework_packages]
+        self._skip_prefixes = tuple(p for p in skip if p)
+        self._skip_code = {}    # code object -> bool (frame is not user code)
+        self._formatted = {}    # stack key -> tuple of frame strings
+        self.reset()
+
+    def reset(self) -> None:
+        self._stack_ids = {}    # stack key -> index in self._entries
+        self._entries = []      # [names, frames]
+
+    def _skip(self, code) -> bool:
+        skip = self._skip_code.get(code)
+        if skip is None:
+            filename = code.co_filename
+            skip = filename.startswith("<frozen") or (
+                os.path.abspath(filename).startswith(self._skip_prefixes) if self._skip_prefixes else False)
+            self._skip_code[code] = skip
+        return skip
+
+    def capture(self, skip_frames: int = 1) -> tuple:
+        """The key of the current user stack (innermost first)."""
+        frame = sys._getframe(skip_frames)
+        key = []
+        while frame is not None:
+            code = frame.f_code
+            if not self._skip(code):
+                key.append((code, frame.f_lineno))
+            frame = frame.f_back
+        return tuple(key)
+
+    def add(self, name: str, key: tuple) -> None:
+        """Files `name` under the stack `key`."""
+        index = self._stack_ids.get(key)
+        if index is None:
+            index = self._stack_ids[key] = len(self._entries)
+            self._entries.append([[], self._format(key)])
+        self._entries[index][0].append(name)
+
+    def _format(self, key: tuple) -> list:
+        frames = self._formatted.get(key)
+        if frames is None:
+            frames = self._formatted[key] = tuple(
+                f"File {code.co_filename}, line {line}, in {code.co_name}, \n "
+                f"{linecache.getline(code.co_filename, line).strip()}"
+                for code, line in key)
+        return list(frames)
+
+    def to_json(self) -> dict:
+        return {str(i): [names, frames] for i, (names, frames) in enumerate(self._entries)}
+
+    def __len__(self) -> int:
+        return len(self._entries)

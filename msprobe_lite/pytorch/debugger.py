@@ -1,0 +1,73 @@
+"""PrecisionDebugger for PyTorch: the three calls a user adds to a training loop.
+
+It wires the framework-neutral Session (what to collect, when to write) to the PyTorch hooks (how to see
+calls and tensors). Construction validates the config and creates nothing on disk.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..config import load_config
+from ..core.safety import guarded, log
+from ..core.session import Session
+from .module_hooks import ModuleHooks
+from .summary import TorchSummarizer, resolve_pending
+
+MODULE_LEVELS = ("L0", "mix")
+
+
+def current_rank():
+    """The torch.distributed rank when a process group is initialised, else None (a single-process run)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return None
+
+
+class PrecisionDebugger:
+    """`start(model)`, `stop()`, `step()` around each training step; `config.json` says what is dumped.
+
+    Arguments other than `config_path` override the file's fields of the same name when not None.
+    """
+
+    def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
+        self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+        self.session = Session(self.config, "pytorch", "Module", ("torch",), current_rank, resolve_pending)
+        self.summarizer = TorchSummarizer(self.session)
+        self.modules = ModuleHooks(self.session, self.summarizer)
+        log.info("dumping task=%s level=%s to %s", self.config.task, self.config.level, self.config.dump_path)
+
+    def start(self, model=None) -> None:
+        """Begin (or resume) collecting for the current step. Hooks are installed once per model."""
+        if self.session.finished:
+            return
+        if self.config.level in MODULE_LEVELS:
+            if model is None:
+                raise ValueError(f"level {self.config.level!r} dumps modules: call start(model=your_model)")
+            self._attach(model)
+        self._start()
+
+    @guarded("start()")
+    def _attach(self, model) -> None:
+        self.modules.attach(model)
+
+    @guarded("start()")
+    def _start(self) -> None:
+        self.session.start()
+
+    @guarded("stop()")
+    def stop(self) -> None:
+        """Stop collecting forward calls and write what the step holds so far."""
+        self.session.stop()
+
+    forward_backward_dump_end = stop
+
+    @guarded("step()")
+    def step(self) -> None:
+        """End the step: write it (backward records included) and move to the next one."""
+        self.session.next_step()
+        self.summarizer.reset()
+        self.modules.end_step()
+        if self.session.finished:
+            self.modules.detach()
+            log.info("last selected step dumped: hooks removed, nothing more is collected")

@@ -1,0 +1,139 @@
+"""Tensor summaries for PyTorch: statistics computed once per tensor value, without waiting for the device.
+
+A tensor that is the output of one call and the input of the next is summarised once: summaries are cached
+by (object identity, version counter) for the step, and an in-place change bumps the version, so the cache
+never returns stale numbers. On CPU the four statistics come back in one `tolist()`; on an accelerator they
+stay a small device tensor (`Pending`) until the step is written, then all of them are fetched in one batch.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ..core.records import NO_STATS, Pending, TensorSummary
+from ..core.values import ValueEncoder
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _stat_tensor(t: torch.Tensor):
+    """(Max, Min, Mean, Norm) of a non-empty detached tensor as one small tensor, or a ready tuple."""
+    if t.dtype == torch.bool:
+        return torch.stack((t.any(), t.all())), "bool"
+    if t.is_complex():
+        return torch.linalg.vector_norm(t).reshape(1), "complex"
+    if t.is_floating_point():
+        acc = t.float() if t.dtype in _LOW_PRECISION or t.element_size() < 2 else t
+        low, high = torch.aminmax(acc)
+        return torch.stack((high, low, acc.mean(), torch.linalg.vector_norm(acc))), "float"
+    wide = t.double()
+    low, high = torch.aminmax(t)
+    return torch.stack((high.double(), low.double(), wide.mean(), torch.linalg.vector_norm(wide))), "int"
+
+
+def _as_stats(values: list, kind: str) -> tuple:
+    if kind == "bool":
+        return bool(values[0]), bool(values[1]), None, None
+    if kind == "complex":
+        return None, None, None, values[0]
+    if kind == "int":
+        return int(values[0]), int(values[1]), values[2], values[3]
+    return tuple(values)
+
+
+class PendingStats(Pending):
+    __slots__ = ("kind", "summary")
+
+    def __init__(self, device_value, kind, summary):
+        super().__init__(device_value)
+        self.kind = kind
+        self.summary = summary
+
+
+def resolve_pending(pending: list) -> None:
+    """Fetch every pending device statistic with one transfer per (device, dtype) and fill the summaries."""
+    groups: dict = {}
+    for p in pending:
+        groups.setdefault((p.device_value.device, p.device_value.dtype), []).append(p)
+    for items in groups.values():
+        flat = torch.cat([p.device_value for p in items]).tolist()
+        at = 0
+        for p in items:
+            size = p.device_value.numel()
+            p.summary.stats = _as_stats(flat[at:at + size], p.kind)
+            at += size
+            p.device_value = None
+
+
+def tensor_stats(t: torch.Tensor) -> tuple:
+    """Statistics of a tensor, synchronously (used by tests and by CPU summaries)."""
+    t = t.detach()
+    if t.numel() == 0 or t.is_meta:
+        return NO_STATS
+    value, kind = _stat_tensor(t)
+    return _as_stats(value.tolist(), kind)
+
+
+def _encode_size(v):
+    return {"type": "torch.Size", "value": list(v)}
+
+
+def _encode_dtype(v):
+    return {"type": "torch.dtype", "value": str(v)}
+
+
+def _encode_device(v):
+    return {"type": "torch.device", "value": str(v)}
+
+
+class TorchSummarizer:
+    """Turns call arguments into encoded values with `TensorSummary` leaves, caching per tensor value."""
+
+    def __init__(self, session):
+        self.session = session
+        self._cache: dict = {}
+        self.encoder = ValueEncoder(
+            lambda v: isinstance(v, torch.Tensor),
+            {torch.Size: _encode_size, torch.dtype: _encode_dtype, torch.device: _encode_device})
+
+    def reset(self) -> None:
+        self._cache.clear()
+
+    def encode(self, value, path: tuple = ()):
+        return self.encoder.encode(value, self._tensor_leaf, path)
+
+    def encode_output(self, output) -> list:
+        """`output` is always a list: a tuple/list result is encoded item by item, anything else is wrapped."""
+        if isinstance(output, (list, tuple)) and not hasattr(output, "_fields"):
+            return self.encode(output, ("output",))
+        return [self.encode(output, ("output", 0))]
+
+    def _tensor_leaf(self, t, path):
+        return self.summarize(t)
+
+    def summarize(self, t: torch.Tensor) -> TensorSummary:
+        key = id(t)
+        cached = self._cache.get(key)
+        version = t._version
+        if cached is not None and cached[0]() is t and cached[1] == version:
+            return cached[2]
+        summary = self._summarize(t)
+        try:
+            self._cache[key] = (weakref.ref(t), version, summary)
+        except TypeError:  # tensor types that refuse weak references are simply not cached
+            pass
+        return summary
+
+    def _summarize(self, t: torch.Tensor) -> TensorSummary:
+        summary = TensorSummary("torch.Tensor", str(t.dtype), list(t.shape), NO_STATS, t.requires_grad)
+        if t.numel() == 0 or t.is_meta:
+            return summary
+        with torch.no_grad():
+            value, kind = _stat_tensor(t.detach())
+        if value.device.type == "cpu":
+            summary.stats = _as_stats(value.tolist(), kind)
+        else:
+            summary.stats = None
+            self.session.pending.append(PendingStats(value, kind, summary))
+        return summary
