@@ -35,6 +35,7 @@ class RecordFilter:
         self._in_scope = not self.scope
         self._scope_done = False
         self._scoped = set()
+        self._scoped_modules = set()  # `Module.path.Class` of module calls in scope: their gradients follow
 
     # -- scope bookkeeping, driven by the hooks -------------------------------------------------------------
     def on_start(self, name: str) -> None:
@@ -43,7 +44,6 @@ class RecordFilter:
 
     def on_end(self, name: str) -> None:
         if self.scope and self._in_scope and name == self.scope[1]:
-            self._scoped.add(name)
             self._in_scope = False
             self._scope_done = True
 
@@ -51,10 +51,12 @@ class RecordFilter:
         if not self.scope:
             return True
         if direction == PARAMS_GRAD:
-            return True
+            return name.split(f".{PARAMS_GRAD}.")[0] in self._scoped_modules
         if direction == self._scope_direction or direction is None:
             if self._in_scope or name in self._scoped:
                 self._scoped.add(name)
+                if f".{FORWARD}." in name:
+                    self._scoped_modules.add(name.split(f".{FORWARD}.")[0])
                 return True
             return False
         return counterpart(name) in self._scoped

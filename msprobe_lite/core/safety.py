@@ -10,9 +10,23 @@ import logging
 import sys
 import traceback
 
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time (redirections made after import are followed)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
 log = logging.getLogger("msprobe_lite")
 if not log.handlers:
-    _handler = logging.StreamHandler(sys.stderr)
+    _handler = _StderrHandler()
     _handler.setFormatter(logging.Formatter("[msprobe_lite] %(levelname)s: %(message)s"))
     log.addHandler(_handler)
     log.setLevel(logging.INFO)
@@ -21,9 +35,13 @@ if not log.handlers:
 _seen: dict = {}
 
 
-def report_failure(where: str, exc: BaseException) -> None:
-    """Log a debugger failure once per (place, exception type); training goes on."""
-    key = (where, type(exc).__name__)
+def report_failure(where: str, exc: BaseException, site: str | None = None) -> None:
+    """Log a debugger failure once per (code site, exception type); training goes on.
+
+    `where` names the instance (which module, which file) for the message; `site` (default: `where`) is what
+    makes two failures "the same kind", so a bug hit by every module is printed once, not once per module.
+    """
+    key = (site or where, type(exc).__name__)
     count = _seen.get(key, 0)
     _seen[key] = count + 1
     if count == 0:
@@ -45,7 +63,7 @@ def guarded(where: str, default=None):
             try:
                 return fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - the whole point: never break the user's training
-                report_failure(where, exc)
+                report_failure(where, exc, site=fn.__qualname__)
                 return default
         return inner
     return wrap

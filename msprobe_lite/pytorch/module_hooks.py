@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 
 import torch
 
@@ -93,7 +94,7 @@ class ModuleHooks:
         self.session = session
         self.summarizer = summarizer
         self.kind = kind
-        self._hooked = set()        # ids of root models already hooked
+        self._hooked = weakref.WeakSet()  # root models already hooked (ids could be reused)
         self._handles = []          # module and parameter hook handles
         self.grad_handles = []      # per-step tensor hooks, removed at the end of each step
         self._local = threading.local()
@@ -116,9 +117,9 @@ class ModuleHooks:
             if not isinstance(root, torch.nn.Module):
                 raise TypeError(f"start(model=...) expects a torch.nn.Module or a list/tuple of them, "
                                 f"got {type(root).__name__}")
-            if id(root) in self._hooked:
+            if root in self._hooked:
                 continue
-            self._hooked.add(id(root))
+            self._hooked.add(root)
             prefix = f"{index}." if len(models) > 1 else ""
             for path, module in root.named_modules():
                 if module is not root:
@@ -161,9 +162,10 @@ class ModuleHooks:
             flt = session.filter
             flt.on_start(name)
             parent = self.current()
-            record = None
+            call = _Call(name, None, None)
+            self.calls().append(call)  # first: the post-hook pops it even if the rest of this hook fails
             if flt.wants(name):
-                record = Record(name)
+                call.record = record = Record(name)
                 if flt.wants_part("input"):
                     record.data["input_args"] = summarizer.encode(args, ("input_args",))
                     record.data["input_kwargs"] = summarizer.encode(kwargs, ("input_kwargs",))
@@ -171,17 +173,15 @@ class ModuleHooks:
                 if session.config.extra_info:
                     session.set_parent(name, parent)
                     session.stacks.add(name, session.stacks.capture(2))
-            backward = None
             bwd_name = module_record(kind, path, cls, BACKWARD, n)
             if torch.is_grad_enabled() and flt.wants(bwd_name):
                 inputs = list(tensor_leaves((args, kwargs), _is_tensor))
-                backward = BackwardCall(bwd_name, session, summarizer, len(inputs))
-                backward.hook_inputs(inputs, self.grad_handles)
+                call.backward = BackwardCall(bwd_name, session, summarizer, len(inputs))
+                call.backward.hook_inputs(inputs, self.grad_handles)
                 if session.config.extra_info:
-                    parent_call = self.calls()[-1] if self.calls() else None
-                    session.set_parent(bwd_name, parent_call.backward.name
-                                       if parent_call is not None and parent_call.backward else None)
-            self.calls().append(_Call(name, record, backward))
+                    calls = self.calls()
+                    outer = calls[-2] if len(calls) > 1 else None
+                    session.set_parent(bwd_name, outer.backward.name if outer and outer.backward else None)
             return None
         return pre_hook
 

@@ -1,0 +1,116 @@
+"""Statistics rules and value encodings of the spec, on hand-made tensors and values."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+from helpers import expected_stats
+
+from msprobe_lite.core.values import ValueEncoder
+from msprobe_lite.pytorch.summary import TorchSummarizer, tensor_stats
+
+
+class _Session:
+    pending: list = []
+
+
+def summarize(t):
+    return TorchSummarizer(_Session()).summarize(t).to_json()
+
+
+def test_float32_statistics_match_numpy():
+    t = torch.randn(7, 5, generator=torch.Generator().manual_seed(3))
+    got = tensor_stats(t)
+    for g, w in zip(got, expected_stats(t)):
+        assert math.isclose(g, w, rel_tol=1e-6)
+
+
+def test_low_precision_accumulates_in_float32():
+    # 4096 values of 1.0 + 2^-7: a bf16 running sum would stall; float32 accumulation does not
+    t = torch.full((4096,), 1.0078125, dtype=torch.bfloat16)
+    mx, mn, mean, norm = tensor_stats(t)
+    assert mean == 1.0078125
+    assert math.isclose(norm, 1.0078125 * 64, rel_tol=1e-6)
+    obj = summarize(t)
+    assert obj["dtype"] == "torch.bfloat16"
+    h = torch.tensor([60000.0, 60000.0], dtype=torch.float16)  # the fp16 sum would overflow
+    assert tensor_stats(h)[2] == 60000.0 and math.isfinite(tensor_stats(h)[3])
+
+
+def test_bool_empty_zero_dim_int_float64():
+    assert tensor_stats(torch.tensor([True, False])) == (True, False, None, None)
+    assert tensor_stats(torch.tensor([True, True])) == (True, True, None, None)
+    assert tensor_stats(torch.empty(0, 3)) == (None, None, None, None)
+    assert tensor_stats(torch.tensor(-2.5)) == (-2.5, -2.5, -2.5, 2.5)
+    mx, mn, mean, norm = tensor_stats(torch.tensor([2 ** 60, -3], dtype=torch.int64))
+    assert (mx, mn) == (2 ** 60, -3) and isinstance(mx, int)
+    assert math.isclose(mean, (2 ** 60 - 3) / 2)
+    d = torch.tensor([1e-300, 3.0], dtype=torch.float64)
+    assert tensor_stats(d)[1] == 1e-300
+
+
+def test_nan_and_inf_are_kept():
+    mx, mn, mean, norm = tensor_stats(torch.tensor([1.0, float("nan")]))
+    assert math.isnan(mx) and math.isnan(mean)
+    mx, mn, mean, norm = tensor_stats(torch.tensor([1.0, float("inf"), -float("inf")]))
+    assert mx == math.inf and mn == -math.inf and math.isinf(norm)
+
+
+def test_tensor_object_key_order_and_fields():
+    t = torch.ones(2, 3, requires_grad=True)
+    obj = summarize(t)
+    assert list(obj) == ["type", "dtype", "shape", "Max", "Min", "Mean", "Norm", "requires_grad"]
+    assert obj["type"] == "torch.Tensor" and obj["shape"] == [2, 3] and obj["requires_grad"] is True
+
+
+def test_summary_cache_sees_inplace_changes():
+    s = TorchSummarizer(_Session())
+    t = torch.zeros(3)
+    first = s.summarize(t)
+    assert s.summarize(t) is first          # same value: computed once
+    t.add_(1)
+    assert s.summarize(t).stats[0] == 1.0   # in-place change: recomputed
+
+
+Point = collections.namedtuple("Point", "x y")
+
+
+@dataclasses.dataclass
+class Cfg:
+    lr: float
+    t: object
+
+
+def test_value_encodings():
+    s = TorchSummarizer(_Session())
+    enc = s.encode
+    assert enc(3) == {"type": "int", "value": 3}
+    assert enc(True) == {"type": "bool", "value": True}
+    assert enc(1.5) == {"type": "float", "value": 1.5}
+    assert enc("mean") == {"type": "str", "value": "mean"}
+    assert enc(slice(1, None, 2)) == {"type": "slice", "value": [1, None, 2]}
+    assert enc(...) == {"type": "ellipsis", "value": "..."}
+    assert enc(None) is None
+    assert enc(object()) is None
+    assert enc((1, [2])) == [{"type": "int", "value": 1}, [{"type": "int", "value": 2}]]
+    assert enc({"a": 1}) == {"a": {"type": "int", "value": 1}}
+    assert enc(Point(1, 2)) == {"x": {"type": "int", "value": 1}, "y": {"type": "int", "value": 2}}
+    assert enc(Cfg(0.1, None)) == {"lr": {"type": "float", "value": 0.1}, "t": None}
+    assert enc(np.float32(1.5)) == {"type": "float32", "value": 1.5}
+    arr = enc(np.array([[1.0, -2.0]], dtype=np.float32))
+    assert arr["type"] == "numpy.ndarray" and arr["dtype"] == "float32" and arr["shape"] == [1, 2]
+    assert (arr["Max"], arr["Min"], arr["Mean"]) == (1.0, -2.0, -0.5)
+    assert enc(torch.Size([2, 3])) == {"type": "torch.Size", "value": [2, 3]}
+    assert enc(torch.float16) == {"type": "torch.dtype", "value": "torch.float16"}
+    assert enc(torch.device("cpu")) == {"type": "torch.device", "value": "cpu"}
+
+
+def test_deeply_nested_values_do_not_recurse_forever():
+    v = []
+    for _ in range(100):
+        v = [v]
+    ValueEncoder(lambda x: False).encode(v, None)
