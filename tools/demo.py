@@ -1,0 +1,94 @@
+"""Demo: train a small transformer for a few steps with msprobe_lite on, then show the dump.
+
+Run it with `./tools/demo.sh` (that also builds the environment). Output goes to ./demo_output/.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from msprobe_lite.pytorch import PrecisionDebugger, seed_all  # noqa: E402
+
+OUT = os.path.abspath("demo_output")
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=64, d=32, heads=4, layers=2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.Sequential(*[Block(d, heads) for _ in range(layers)])
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        return self.head(self.blocks(self.embed(tokens)))
+
+
+def train(dump_path: str, steps: int = 3) -> list:
+    seed_all(1234)
+    model = TinyLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    debugger = PrecisionDebugger(task="statistics", dump_path=dump_path, level="L0")
+    losses = []
+    for _ in range(steps):
+        tokens = torch.randint(0, 64, (4, 16))
+        debugger.start(model=model)
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, 64), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        debugger.stop()
+        debugger.step()
+        losses.append(loss.item())
+    return losses
+
+
+def show(dump_path: str) -> None:
+    folder = os.path.join(dump_path, "step0", "rank")
+    print(f"\nDump tree under {dump_path}:")
+    for step in sorted(os.listdir(dump_path)):
+        for rank in sorted(os.listdir(os.path.join(dump_path, step))):
+            files = sorted(os.listdir(os.path.join(dump_path, step, rank)))
+            print(f"  {step}/{rank}/  {', '.join(files)}")
+    with open(os.path.join(folder, "dump.json")) as f:
+        data = json.load(f)["data"]
+    print(f"\nstep0 holds {len(data)} records; the first ones:")
+    for name in list(data)[:6]:
+        print(f"  {name}")
+    name = "Module.blocks.0.mlp.0.Linear.forward.0"
+    out = data[name]["output"][0]
+    print(f"\n{name} output: dtype {out['dtype']}, shape {out['shape']}, "
+          f"Max {out['Max']:.4f}, Min {out['Min']:.4f}, Mean {out['Mean']:.4f}, Norm {out['Norm']:.4f}")
+
+
+def main() -> None:
+    shutil.rmtree(OUT, ignore_errors=True)
+    dump_path = os.path.join(OUT, "fp32")
+    losses = train(dump_path)
+    print("losses:", ", ".join(f"{l:.4f}" for l in losses))
+    show(dump_path)
+
+
+if __name__ == "__main__":
+    main()
