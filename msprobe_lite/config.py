@@ -1,0 +1,446 @@
+"""The configuration of a msprobe_lite run: the model of ``config.json``, its loader and ``ConfigError``.
+
+Why it is strict: a debugger that ignores a misspelt key (``"stpe"`` dumps every step) or reads ``"true"`` as a
+bool collects the wrong data, and the user finds out after a long training run. So every key must be known,
+every type must be exact, and every problem in a file is reported at once, with its path, the value given and
+what is allowed, before anything is created on disk. ``docs/config.md`` is the user's reference.
+
+Validators inside the models raise ``ConfigError`` with paths relative to the value they check (``""`` for the
+value itself, ``"[2]"`` for one of its elements); ``_problems`` prefixes them with pydantic's location, so a
+rule is written once and reported with its full path (``statistics.data_mode[1]``).
+"""
+from __future__ import annotations
+
+import bisect
+import difflib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any, Collection, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator,
+                      model_validator)
+from pydantic_core import core_schema
+
+__all__ = [
+    "DEFAULT_CONFIG_PATH", "ConfigError", "DebuggerConfig", "IndexSet", "OverflowCheckConfig", "Problem",
+    "SelectionConfig", "StatisticsConfig", "config_schema", "load_config",
+]
+
+DEFAULT_CONFIG_PATH = Path(__file__).with_name("config.json")
+
+Task = Literal["statistics", "tensor", "overflow_check", "structure"]
+Level = Literal["L0", "L1", "mix", "debug"]
+DataMode = Literal["all", "forward", "backward", "input", "output"]
+SummaryMode = Literal["statistics", "md5"]
+DIRECTIONS: FrozenSet[str] = frozenset({"forward", "backward"})
+PARTS: FrozenSet[str] = frozenset({"input", "output"})
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+def _show(value: Any, limit: int = 80) -> str:
+    """repr of a user's value, cut short so that one huge value cannot flood the message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _join(prefix: str, path: str) -> str:
+    """Path `path` (relative, e.g. ``[1]`` or ``list``) seen from the value at `prefix`."""
+    if not prefix or not path:
+        return prefix or path
+    return prefix + (path if path.startswith("[") else "." + path)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One invalid value: where it is (``statistics.data_mode[1]``), what was given, what is allowed."""
+
+    path: str
+    value: Any
+    expected: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: got {_show(self.value)}; expected {self.expected}"
+
+
+class ConfigError(ValueError):
+    """Every problem of one configuration, reported together so the user fixes them in one edit.
+
+    `source` names where the values came from: the config file's path, or ``"arguments"``.
+    """
+
+    def __init__(self, problems: Iterable[Problem], source: str = "arguments") -> None:
+        self.problems: List[Problem] = list(problems)
+        self.source = source
+        super().__init__(self.problems, source)  # args rebuild the error when it is pickled
+
+    def __str__(self) -> str:
+        count = len(self.problems)
+        head = f"Invalid msprobe_lite config from {self.source} ({count} problem{'s' if count != 1 else ''}):"
+        return "\n".join([head, *(f"  {problem}" for problem in self.problems)])
+
+
+def _invalid(value: Any, expected: str, path: str = "") -> ConfigError:
+    """The error a validator raises for one bad value; `path` is relative to the value it validates."""
+    return ConfigError([Problem(path, value, expected)])
+
+
+# ---------------------------------------------------------------------------------------------- IndexSet
+
+_INDEX_RE = re.compile(r"\s*([0-9]{1,18})\s*(?:-\s*([0-9]{1,18})\s*)?")
+_INDEX_EXPECTED = 'a non-negative integer, or a string "a" or "a-b" with a <= b'
+
+
+def _span(item: Any) -> Optional[Tuple[int, int]]:
+    """(first, last) of one ``rank``/``step`` element, or None when it is not one."""
+    if isinstance(item, int) and not isinstance(item, bool):
+        return (item, item) if item >= 0 else None
+    match = _INDEX_RE.fullmatch(item) if isinstance(item, str) else None
+    if not match:
+        return None
+    first, last = int(match[1]), int(match[2] or match[1])
+    return (first, last) if first <= last else None
+
+
+def _merge(spans: Iterable[Tuple[int, int]]) -> Tuple[Tuple[int, int], ...]:
+    """Sorted, disjoint, non-adjacent spans covering the same numbers."""
+    merged: List[Tuple[int, int]] = []
+    for first, last in sorted(spans):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return tuple(merged)
+
+
+class IndexSet:
+    """The ranks or steps to dump, as merged intervals: ``[0, "4-6"]`` holds 0, 4, 5 and 6; ``[]`` holds all.
+
+    Intervals, not a set of numbers, so that ``"0-1000000000"`` costs two integers. Immutable and hashable.
+    """
+
+    __slots__ = ("spans",)
+    spans: Tuple[Tuple[int, int], ...]
+
+    def __init__(self, items: Iterable[Union[int, str]] = ()) -> None:
+        items = list(items)
+        spans = [_span(item) for item in items]
+        bad = [Problem(f"[{i}]", item, _INDEX_EXPECTED) for i, (item, span) in enumerate(zip(items, spans)) if not span]
+        if bad:
+            raise ConfigError(bad)
+        object.__setattr__(self, "spans", _merge(spans))  # type: ignore[arg-type]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("IndexSet is immutable")
+
+    @property
+    def everything(self) -> bool:
+        """True when the list was empty: every rank or step is dumped."""
+        return not self.spans
+
+    @property
+    def last(self) -> Optional[int]:
+        """Largest listed value (after it the debugger stops for good), or None when everything is listed."""
+        return self.spans[-1][1] if self.spans else None
+
+    def __contains__(self, number: int) -> bool:
+        if not self.spans:
+            return True
+        i = bisect.bisect_right(self.spans, (number, math.inf)) - 1
+        return i >= 0 and number <= self.spans[i][1]
+
+    def to_list(self) -> List[Union[int, str]]:
+        """The JSON form, normalised: ``[0, "4-6"]``."""
+        return [first if first == last else f"{first}-{last}" for first, last in self.spans]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IndexSet) and self.spans == other.spans
+
+    def __hash__(self) -> int:
+        return hash(self.spans)
+
+    def __repr__(self) -> str:
+        return f"IndexSet({self.to_list()!r})"
+
+    @classmethod
+    def _validate(cls, value: Any) -> "IndexSet":
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, list):
+            raise _invalid(value, f"a list whose elements are each {_INDEX_EXPECTED}")
+        return cls(value)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            cls._validate, serialization=core_schema.plain_serializer_function_ser_schema(cls.to_list))
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> Dict[str, Any]:
+        return {"type": "array", "items": {"anyOf": [
+            {"type": "integer", "minimum": 0},
+            {"type": "string", "pattern": r"^\s*[0-9]+\s*(-\s*[0-9]+\s*)?$", "description": '"a" or "a-b", a <= b'},
+        ]}}
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+def _name(value: str) -> str:
+    if not value.strip():
+        raise _invalid(value, "a non-empty name")
+    return value
+
+
+Name = Annotated[str, AfterValidator(_name), WithJsonSchema({"type": "string", "minLength": 1})]
+
+
+class _Strict(BaseModel):
+    """Unknown keys and loose types are errors; a validated config never changes."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _chosen(modes: Sequence[str], kinds: FrozenSet[str]) -> FrozenSet[str]:
+    """The `kinds` named in `modes`; none named (or ``all``) means every kind."""
+    return kinds.intersection(modes) or kinds
+
+
+class SelectionConfig(_Strict):
+    """Which records a task keeps. Every filter empty (the default) keeps everything."""
+
+    scope: List[Name] = Field([], description=(
+        "An inclusive range [first, last] of record names (API or module) to dump; [] for no range."))
+    list: List[Name] = Field([], description=(
+        'Names or name fragments to dump ("linear" matches every *.linear.*; a full name matches one record).'))
+    data_mode: List[DataMode] = Field(["all"], json_schema_extra={"minItems": 1, "uniqueItems": True}, description=(
+        '["all"], or any of "forward", "backward", "input", "output": which parts of each call are dumped.'))
+
+    @field_validator("scope")
+    @classmethod
+    def _scope_pair(cls, scope: List[str]) -> List[str]:
+        if len(scope) not in (0, 2):
+            raise _invalid(scope, "0 or 2 names: [] or [first, last]")
+        return scope
+
+    @field_validator("data_mode")
+    @classmethod
+    def _data_mode(cls, modes: List[str]) -> List[str]:
+        if not modes:
+            raise _invalid(modes, '["all"] or a non-empty list of "forward", "backward", "input", "output"')
+        repeat = next((i for i, mode in enumerate(modes) if mode in modes[:i]), None)
+        if repeat is not None:
+            raise _invalid(modes[repeat], "each mode at most once", path=f"[{repeat}]")
+        if "all" in modes and len(modes) > 1:
+            raise _invalid(modes, '"all" alone, or modes without "all"')
+        return modes
+
+    @property
+    def directions(self) -> FrozenSet[str]:
+        """``forward``/``backward`` kept by data_mode (``all`` or neither named: both)."""
+        return _chosen(self.data_mode, DIRECTIONS)
+
+    @property
+    def parts(self) -> FrozenSet[str]:
+        """``input``/``output`` kept by data_mode (``all`` or neither named: both)."""
+        return _chosen(self.data_mode, PARTS)
+
+
+class StatisticsConfig(SelectionConfig):
+    """Settings of task statistics: the selection, plus how tensors are summarised."""
+
+    summary_mode: SummaryMode = Field("statistics", description=(
+        '"statistics" (Max/Min/Mean/Norm per tensor), or "md5" to add a CRC-32 of each tensor.'))
+    tensor_list: List[Name] = Field([], description=(
+        "Record names or name fragments whose tensors are also saved to files."))
+
+
+class OverflowCheckConfig(_Strict):
+    """Settings of task overflow_check."""
+
+    overflow_nums: int = Field(1, json_schema_extra={"anyOf": [{"const": -1}, {"minimum": 1}]},
+                               description="Stop after this many overflowing calls; -1 = never stop.")
+
+    @field_validator("overflow_nums")
+    @classmethod
+    def _count(cls, count: int) -> int:
+        if count != -1 and count < 1:
+            raise _invalid(count, "-1 (never stop) or an integer >= 1")
+        return count
+
+
+class DebuggerConfig(_Strict):
+    """One msprobe_lite run: what is collected, where it is written, and for which ranks and steps."""
+
+    task: Task = Field("statistics", description=(
+        "What is collected: statistics, tensor (statistics + every tensor saved), overflow_check (only calls "
+        "whose outputs hold NaN/Inf) or structure (names, stacks and hierarchy only)."))
+    dump_path: str = Field("./dump_path", description="Root folder of the dump tree; created if missing.")
+    rank: IndexSet = Field(IndexSet(), description='Ranks to dump, e.g. [0, "4-6"]; [] = all.')
+    step: IndexSet = Field(IndexSet(), description=(
+        'Steps to dump, e.g. [0, "4-6"]; [] = all. After the last listed step collection stops for good.'))
+    level: Level = Field("L1", description=(
+        "Granularity: L0 modules, L1 APIs, mix both (with the API->module hierarchy), debug only save()."))
+    extra_info: bool = Field(True, description="Also write stack.json and construct.json.")
+    async_dump: bool = Field(False, description=(
+        "Collect without synchronising the device per call; write at stop()/step()."))
+    statistics: StatisticsConfig = Field(StatisticsConfig(), description="Settings of task statistics.")
+    tensor: SelectionConfig = Field(SelectionConfig(), description="Settings of task tensor.")
+    overflow_check: OverflowCheckConfig = Field(OverflowCheckConfig(), description="Settings of task overflow_check.")
+
+    @field_validator("dump_path")
+    @classmethod
+    def _dump_path(cls, path: str) -> str:
+        if not path.strip():
+            raise _invalid(path, "a non-empty folder path")
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise _invalid(path, "a folder path, but this is an existing file")
+        return path
+
+    @model_validator(mode="after")
+    def _async_tensor(self) -> "DebuggerConfig":
+        if self.async_dump and self.task == "tensor" and not self.tensor.list:
+            raise _invalid(self.tensor.list, "a non-empty list when async_dump is true and task is 'tensor' "
+                                             "(the tensors stay in memory until the step ends)", path="tensor.list")
+        return self
+
+    @property
+    def selection(self) -> SelectionConfig:
+        """The settings block of the active task; tasks without one keep everything."""
+        block = {"statistics": self.statistics, "tensor": self.tensor}.get(self.task)
+        return block if block is not None else SelectionConfig()
+
+    @property
+    def directions(self) -> FrozenSet[str]:
+        """Directions (``forward``/``backward``) the active task dumps."""
+        return self.selection.directions
+
+    @property
+    def parts(self) -> FrozenSet[str]:
+        """Parts of a call (``input``/``output``) the active task dumps."""
+        return self.selection.parts
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+_TYPE_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "model_type": "an object {...}",
+}
+
+
+def _render(loc: Sequence[Union[int, str]]) -> str:
+    """``statistics.data_mode[1]``; a key that is not a plain name is quoted: ``[""]``, ``["a.b"]``."""
+    return "".join(f".{key}" if isinstance(key, str) and key.isidentifier()
+                   else f"[{json.dumps(key, ensure_ascii=False)}]" for key in loc).lstrip(".")
+
+
+def _known_keys(loc: Sequence[Union[int, str]]) -> str:
+    """What an unknown key at `loc` should have been: the keys of its object, and the closest one."""
+    model: Any = DebuggerConfig
+    for key in loc[:-1]:
+        model = model.model_fields[key].annotation
+    keys = list(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return "a known key: " + ", ".join(map(repr, keys)) + hint
+
+
+def _expected(error: Mapping[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return _known_keys(error["loc"])
+    if kind == "literal_error":
+        return "one of " + error["ctx"]["expected"].replace(" or ", ", ")
+    return _TYPE_EXPECTED.get(kind, error["msg"])
+
+
+def _problems(error: ValidationError) -> List[Problem]:
+    """pydantic's errors as Problems with plain paths and plain English."""
+    problems: List[Problem] = []
+    for item in error.errors(include_url=False):
+        where = _render(item["loc"])
+        cause = item.get("ctx", {}).get("error")
+        if isinstance(cause, ConfigError):
+            problems += [replace(p, path=_join(where, p.path)) for p in cause.problems]
+        else:
+            problems.append(Problem(where, item["input"], _expected(item)))
+    return problems
+
+
+def _top_key(path: str) -> str:
+    return re.match(r"[^.\[]*", path)[0]
+
+
+def _validate(data: Mapping[str, Any], source: str, arguments: Collection[str] = ()) -> DebuggerConfig:
+    """Validate `data`; problems in the top-level keys `arguments` are marked as coming from arguments."""
+    try:
+        return DebuggerConfig.model_validate(data)
+    except ValidationError as error:
+        problems = [replace(p, path=p.path + " (argument)") if _top_key(p.path) in arguments else p
+                    for p in _problems(error)]
+        raise ConfigError(problems, source) from None
+
+
+def _read_json(path: Path) -> Dict[str, Any]:
+    """The JSON object in `path`; every way of failing is a ConfigError naming the file."""
+    def fail(where: str, value: Any, expected: str) -> ConfigError:
+        return ConfigError([Problem(where, value, expected)], str(path))
+
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark written by some editors is fine
+    except FileNotFoundError:
+        raise fail("config_path", str(path), "the path of an existing file (not found)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail("config_path", str(path), f"a readable UTF-8 text file ({type(exc).__name__}: {exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        lines = text.splitlines()
+        line = lines[exc.lineno - 1].strip() if exc.lineno <= len(lines) else ""
+        raise fail(f"line {exc.lineno}, column {exc.colno}", line, f"valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise fail("config_path", str(path), "JSON nested a few hundred levels deep at most") from None
+    if not isinstance(data, dict):
+        raise fail("(top level)", data, 'a JSON object such as {"task": "statistics"}')
+    return data
+
+
+def load_config(config_path: Union[str, os.PathLike, None] = None, *, task: Optional[str] = None,
+                dump_path: Union[str, os.PathLike, None] = None, level: Optional[str] = None,
+                step: Optional[List[Union[int, str]]] = None) -> DebuggerConfig:
+    """Read and validate a config file (None: the packaged default); arguments that are not None override it.
+
+    Raises ConfigError listing every problem of the file and the arguments. Creates nothing on disk.
+    """
+    path = Path(config_path) if config_path is not None else DEFAULT_CONFIG_PATH
+    if isinstance(dump_path, os.PathLike):
+        dump_path = os.fspath(dump_path)
+    overrides = {key: value for key, value in
+                 (("task", task), ("dump_path", dump_path), ("level", level), ("step", step)) if value is not None}
+    return _validate({**_read_json(path), **overrides}, str(path), overrides)
+
+
+def _inline(node: Any, defs: Mapping[str, Any]) -> Any:
+    """`node` with every ``$ref`` replaced by its definition and pydantic's generated titles dropped."""
+    if isinstance(node, list):
+        return [_inline(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        node = {**defs[node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    return {key: value if key == "default" else _inline(value, defs) for key, value in node.items() if key != "title"}
+
+
+def config_schema() -> Dict[str, Any]:
+    """JSON Schema of config.json, self-contained (no ``$ref``) and described field by field."""
+    schema = DebuggerConfig.model_json_schema()
+    defs = schema.pop("$defs", {})
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "msprobe_lite config.json",
+            **_inline(schema, defs)}
