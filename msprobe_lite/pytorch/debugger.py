@@ -10,6 +10,7 @@ import torch
 from ..config import load_config
 from ..core.safety import guarded, log
 from ..core.session import Session
+from .calls import CallRecorder
 from .module_hooks import ModuleHooks
 from .summary import TorchSummarizer, resolve_pending
 
@@ -34,7 +35,8 @@ class PrecisionDebugger:
         self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
         self.session = Session(self.config, "pytorch", "Module", ("torch",), current_rank, resolve_pending)
         self.summarizer = TorchSummarizer(self.session)
-        self.modules = ModuleHooks(self.session, self.summarizer)
+        self.recorder = CallRecorder(self.session, self.summarizer)
+        self.modules = ModuleHooks(self.session, self.summarizer, self.recorder)
         log.info("dumping task=%s level=%s to %s", self.config.task, self.config.level, self.config.dump_path)
 
     def start(self, model=None) -> None:
@@ -67,7 +69,7 @@ class PrecisionDebugger:
         """End the step: write it (backward records included) and move to the next one."""
         self.session.next_step()
         self.summarizer.reset()
-        self.modules.end_step()
+        self.recorder.end_step()
         if self.session.finished:
             self.modules.detach()
             log.info("last selected step dumped: hooks removed, nothing more is collected")

@@ -1,15 +1,9 @@
 """Module-level (L0) capture for PyTorch: forward records, backward records and parameter gradients.
 
-Why tensor hooks and not `register_full_backward_hook`: full backward hooks wrap a module's inputs and
-outputs in an identity autograd Function. That forbids in-place ops on them (`nn.ReLU(inplace=True)`,
-`y.relu_()` on a module output: "Output 0 of BackwardHookFunction is a view and is being modified inplace")
-and regroups gradient sums, which can change gradients bitwise. Tensor hooks change nothing in the graph:
-
-- backward `input` (gradients w.r.t. the module's outputs): a hook on each output tensor;
-- backward `output` (gradients w.r.t. the module's inputs): a hook on each input tensor, registered before
-  the forward runs, so an in-place change inside the module still reports the gradient of the value the
-  module received. It is d(loss)/d(input), the input's whole gradient, the same as `input.retain_grad()`.
-- parameter gradients: `register_post_accumulate_grad_hook`, i.e. after accumulation into `.grad`.
+Forward pre/post hooks on every submodule (inputs are summarised before the module runs, so in-place
+modules show what they received); backward records through the tensor hooks of `calls.py`; parameter
+gradients through `register_post_accumulate_grad_hook`, i.e. after accumulation into `.grad`. The module
+stack kept here (per thread) gives construct.json its parents and tells the API capture which module runs.
 """
 from __future__ import annotations
 
@@ -22,84 +16,22 @@ import torch
 from ..core.naming import BACKWARD, FORWARD, module_record, params_grad_record
 from ..core.records import Record
 from ..core.safety import guarded
-from ..core.values import tensor_leaves
-
-
-def _is_tensor(v) -> bool:
-    return isinstance(v, torch.Tensor)
-
-
-class _Call:
-    """A module call in flight: its record, and what its backward record will need."""
-
-    __slots__ = ("name", "record", "backward")
-
-    def __init__(self, name, record, backward):
-        self.name = name
-        self.record = record
-        self.backward = backward
-
-
-class BackwardCall:
-    """Collects the gradients of one forward call as they arrive; the record appears with the first one."""
-
-    __slots__ = ("name", "session", "summarizer", "record", "n_in", "n_out")
-
-    def __init__(self, name, session, summarizer, n_in):
-        self.name = name
-        self.session = session
-        self.summarizer = summarizer
-        self.record = None
-        self.n_in = n_in
-        self.n_out = 0
-
-    def hook_inputs(self, tensors, handles) -> None:
-        for i, t in enumerate(tensors):
-            if t.requires_grad:
-                handles.append(t.register_hook(self._hook("output", i)))
-
-    def hook_outputs(self, tensors, handles) -> None:
-        self.n_out = len(tensors)
-        for i, t in enumerate(tensors):
-            if t.requires_grad:
-                handles.append(t.register_hook(self._hook("input", i)))
-
-    def _hook(self, key, index):
-        @guarded(f"backward hook of {self.name}")
-        def on_grad(grad):
-            self.fill(key, index, grad)
-        return on_grad
-
-    def fill(self, key, index, grad) -> None:
-        session = self.session
-        if not session.step_open:
-            return
-        if self.record is None:
-            data = {}
-            if session.filter.wants_part("input"):
-                data["input"] = [None] * self.n_out
-            if session.filter.wants_part("output"):
-                data["output"] = [None] * self.n_in
-            self.record = session.add(Record(self.name, data))
-        slots = self.record.data.get(key)
-        if slots is not None and index < len(slots):
-            slots[index] = self.summarizer.summarize(grad)
-            session.touch()
+from .calls import Call
 
 
 class ModuleHooks:
     """Hooks every submodule of the models given to `start()`, once; removed when the run finishes."""
 
-    def __init__(self, session, summarizer, kind: str = "Module"):
+    def __init__(self, session, summarizer, recorder, kind: str = "Module"):
         self.session = session
         self.summarizer = summarizer
+        self.recorder = recorder
         self.kind = kind
         self._hooked = weakref.WeakSet()  # root models already hooked (ids could be reused)
-        self._handles = []          # module and parameter hook handles
-        self.grad_handles = []      # per-step tensor hooks, removed at the end of each step
+        self._handles = []                # module and parameter hook handles
         self._local = threading.local()
 
-    # -- the module stack, per thread (construct.json parents, and API attribution at mix level) -------------
+    # -- the module stack, per thread -------------------------------------------------------------------------
     def calls(self) -> list:
         stack = getattr(self._local, "calls", None)
         if stack is None:
@@ -107,8 +39,9 @@ class ModuleHooks:
         return stack
 
     def current(self):
+        """The innermost module call running in this thread, or None."""
         stack = self.calls()
-        return stack[-1].name if stack else None
+        return stack[-1] if stack else None
 
     # -- installing ----------------------------------------------------------------------------------------
     def attach(self, model) -> None:
@@ -126,16 +59,10 @@ class ModuleHooks:
                     self._hook_module(module, prefix + path)
 
     def detach(self) -> None:
-        for handle in self._handles + self.grad_handles:
+        for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self.grad_handles.clear()
-        self._hooked.clear()
-
-    def end_step(self) -> None:
-        for handle in self.grad_handles:
-            handle.remove()
-        self.grad_handles.clear()
+        self._hooked = weakref.WeakSet()
 
     def _hook_module(self, module, path: str) -> None:
         cls = type(module).__name__
@@ -150,7 +77,7 @@ class ModuleHooks:
 
     # -- hook bodies -----------------------------------------------------------------------------------------
     def _pre_hook(self, path, cls, params):
-        session, summarizer, kind = self.session, self.summarizer, self.kind
+        session, kind = self.session, self.kind
         key = (kind, path)
 
         @guarded(f"forward pre-hook of {kind}.{path}")
@@ -159,52 +86,25 @@ class ModuleHooks:
                 return None
             n = session.next_index(key)
             name = module_record(kind, path, cls, FORWARD, n)
-            flt = session.filter
-            flt.on_start(name)
-            parent = self.current()
-            call = _Call(name, None, None)
-            self.calls().append(call)  # first: the post-hook pops it even if the rest of this hook fails
-            if flt.wants(name):
-                call.record = record = Record(name)
-                if flt.wants_part("input"):
-                    record.data["input_args"] = summarizer.encode(args, ("input_args",))
-                    record.data["input_kwargs"] = summarizer.encode(kwargs, ("input_kwargs",))
-                    record.data["parameters"] = {p: summarizer.summarize(t) for p, t in params}
-                if session.config.extra_info:
-                    session.set_parent(name, parent)
-                    session.stacks.add(name, session.stacks.capture(2))
-            bwd_name = module_record(kind, path, cls, BACKWARD, n)
-            if torch.is_grad_enabled() and flt.wants(bwd_name):
-                inputs = list(tensor_leaves((args, kwargs), _is_tensor))
-                call.backward = BackwardCall(bwd_name, session, summarizer, len(inputs))
-                call.backward.hook_inputs(inputs, self.grad_handles)
-                if session.config.extra_info:
-                    calls = self.calls()
-                    outer = calls[-2] if len(calls) > 1 else None
-                    session.set_parent(bwd_name, outer.backward.name if outer and outer.backward else None)
+            stack = self.calls()
+            stack.append(Call(name))  # first: the post-hook pops it even if the rest of this hook fails
+            outer = stack[-2] if len(stack) > 1 else None
+            stack[-1] = self.recorder.begin(
+                name, module_record(kind, path, cls, BACKWARD, n), args, kwargs,
+                outer.name if outer else None, outer.backward.name if outer and outer.backward else None, params)
             return None
         return pre_hook
 
     def _post_hook(self):
-        session, summarizer = self.session, self.summarizer
-
         @guarded("forward hook")
         def post_hook(module, args, kwargs, output):
-            calls = self.calls()
-            if not calls:
+            stack = self.calls()
+            if not stack:
                 return None
-            call = calls.pop()
+            call = stack.pop()
             if output is None and sys.exc_info()[0] is not None:
                 return None  # the forward raised: no output to record
-            if call.record is not None:
-                if session.filter.wants_part("output"):
-                    call.record.data["output"] = summarizer.encode_output(output)
-                if not call.record.is_empty():
-                    session.add(call.record)
-            if call.backward is not None:
-                outs = [t for t in tensor_leaves(output, _is_tensor)]
-                call.backward.hook_outputs(outs, self.grad_handles)
-            session.filter.on_end(call.name)
+            self.recorder.end(call, output)
             return None
         return post_hook
 

@@ -7,18 +7,48 @@ stay a small device tensor (`Pending`) until the step is written, then all of th
 """
 from __future__ import annotations
 
+import math
 import weakref
 
+import numpy as np
 import torch
 
 from ..core.records import NO_STATS, Pending, TensorSummary
 from ..core.values import ValueEncoder
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+_NUMPY_NATIVE = {torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
+                 torch.bool}
+_NORM_SAFE = 1e18  # beyond this magnitude a float32 sum of squares could overflow: use float64 instead
+
+
+def _cpu_stats(t: torch.Tensor) -> tuple:
+    """Statistics of a non-empty CPU tensor through numpy: one zero-copy view, four cheap reductions.
+
+    (Each torch op costs a few microseconds of dispatch on small tensors; numpy's reductions cost about one.)
+    """
+    if t.dtype not in _NUMPY_NATIVE:
+        if not t.is_floating_point():
+            value, kind = _stat_tensor(t)
+            return _as_stats(value.tolist(), kind)
+        t = t.float()  # bf16/fp16/fp8: statistics accumulate in float32
+    a = t.resolve_conj().resolve_neg().numpy().ravel()
+    if a.dtype == np.bool_:
+        return bool(a.any()), bool(a.all()), None, None
+    if a.dtype.kind in "iu":
+        wide = a.astype(np.float64)
+        return int(a.max()), int(a.min()), float(wide.mean()), math.sqrt(float(np.dot(wide, wide)))
+    high, low = float(a.max()), float(a.min())
+    if not (math.isfinite(high) and math.isfinite(low)):
+        with np.errstate(all="ignore"):  # NaN/Inf are data here, not a numpy warning for the user
+            return high, low, float(a.mean(dtype=a.dtype)), math.sqrt(float(np.dot(a, a)))
+    if a.dtype == np.float32 and max(abs(high), abs(low)) > _NORM_SAFE:
+        a = a.astype(np.float64)
+    return high, low, float(a.mean(dtype=a.dtype)), math.sqrt(float(np.dot(a, a)))
 
 
 def _stat_tensor(t: torch.Tensor):
-    """(Max, Min, Mean, Norm) of a non-empty detached tensor as one small tensor, or a ready tuple."""
+    """(Max, Min, Mean, Norm) of a non-empty detached tensor as one small device tensor, and its kind."""
     if t.dtype == torch.bool:
         return torch.stack((t.any(), t.all())), "bool"
     if t.is_complex():
@@ -68,11 +98,14 @@ def resolve_pending(pending: list) -> None:
 
 def tensor_stats(t: torch.Tensor) -> tuple:
     """Statistics of a tensor, synchronously (used by tests and by CPU summaries)."""
-    t = t.detach()
-    if t.numel() == 0 or t.is_meta:
-        return NO_STATS
-    value, kind = _stat_tensor(t)
-    return _as_stats(value.tolist(), kind)
+    with torch._C.DisableTorchFunction():
+        t = t.detach()
+        if t.numel() == 0 or t.is_meta:
+            return NO_STATS
+        if t.device.type == "cpu":
+            return _cpu_stats(t)
+        value, kind = _stat_tensor(t)
+        return _as_stats(value.tolist(), kind)
 
 
 def _encode_size(v):
@@ -100,8 +133,11 @@ class TorchSummarizer:
     def reset(self) -> None:
         self._cache.clear()
 
+    # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
+    # recorded by the API capture nor pay its per-call overhead.
     def encode(self, value, path: tuple = ()):
-        return self.encoder.encode(value, self._tensor_leaf, path)
+        with torch._C.DisableTorchFunction():
+            return self.encoder.encode(value, self._tensor_leaf, path)
 
     def encode_output(self, output) -> list:
         """`output` is always a list: a tuple/list result is encoded item by item, anything else is wrapped."""
@@ -109,14 +145,19 @@ class TorchSummarizer:
             return self.encode(output, ("output",))
         return [self.encode(output, ("output", 0))]
 
-    def _tensor_leaf(self, t, path):
-        return self.summarize(t)
+    def summarize(self, t: torch.Tensor, fresh: bool = False) -> TensorSummary:
+        """Summary of `t` now; `fresh` skips the cache (for buffers changed behind autograd's back)."""
+        with torch._C.DisableTorchFunction():
+            return self._cached(t, fresh)
 
-    def summarize(self, t: torch.Tensor) -> TensorSummary:
+    def _tensor_leaf(self, t, path):
+        return self._cached(t)
+
+    def _cached(self, t: torch.Tensor, fresh: bool = False) -> TensorSummary:
         key = id(t)
         cached = self._cache.get(key)
         version = t._version
-        if cached is not None and cached[0]() is t and cached[1] == version:
+        if not fresh and cached is not None and cached[0]() is t and cached[1] == version:
             return cached[2]
         summary = self._summarize(t)
         try:
@@ -129,11 +170,11 @@ class TorchSummarizer:
         summary = TensorSummary("torch.Tensor", str(t.dtype), list(t.shape), NO_STATS, t.requires_grad)
         if t.numel() == 0 or t.is_meta:
             return summary
-        with torch.no_grad():
-            value, kind = _stat_tensor(t.detach())
-        if value.device.type == "cpu":
-            summary.stats = _as_stats(value.tolist(), kind)
+        t = t.detach()
+        if t.device.type == "cpu":
+            summary.stats = _cpu_stats(t)
         else:
+            value, kind = _stat_tensor(t)
             summary.stats = None
             self.session.pending.append(PendingStats(value, kind, summary))
         return summary

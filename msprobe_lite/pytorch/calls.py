@@ -1,0 +1,129 @@
+"""One recorded call, the same way for a module and for an API: the forward record and its backward record.
+
+Why tensor hooks and not `register_full_backward_hook`: full backward hooks wrap a module's inputs and
+outputs in an identity autograd Function. That forbids in-place ops on them (`nn.ReLU(inplace=True)`,
+`y.relu_()` on a module output: "Output 0 of BackwardHookFunction is a view and is being modified inplace")
+and regroups gradient sums, which can change gradients bitwise. Tensor hooks change nothing in the graph:
+
+- backward `input` (gradients w.r.t. the call's outputs): a hook on each output tensor;
+- backward `output` (gradients w.r.t. the call's inputs): a hook on each input tensor, registered before the
+  call runs, so an in-place change inside the call still reports the gradient of the value it received. It is
+  d(loss)/d(input), the input's whole gradient, the same as `input.retain_grad()` would show.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..core.records import Record
+from ..core.safety import guarded
+from ..core.values import tensor_leaves
+
+
+def is_tensor(v) -> bool:
+    return isinstance(v, torch.Tensor)
+
+
+class Call:
+    """A call in flight: its forward record (None when filtered out) and its backward collector."""
+
+    __slots__ = ("name", "record", "backward")
+
+    def __init__(self, name, record=None, backward=None):
+        self.name = name
+        self.record = record
+        self.backward = backward
+
+
+class BackwardCall:
+    """Collects the gradients of one forward call as they arrive; the record appears with the first one."""
+
+    __slots__ = ("name", "session", "summarizer", "record", "n_in", "n_out", "parent")
+
+    def __init__(self, name, session, summarizer, n_in):
+        self.parent = None  # construct.json parent, written only if the record appears
+        self.name = name
+        self.session = session
+        self.summarizer = summarizer
+        self.record = None
+        self.n_in = n_in
+        self.n_out = 0
+
+    def hook(self, tensors, key, handles) -> None:
+        """key `output` for the call's inputs, `input` for its outputs (the backward sees them reversed)."""
+        if key == "input":
+            self.n_out = len(tensors)
+        for i, t in enumerate(tensors):
+            if t.requires_grad:
+                handles.append(t.register_hook(self._on_grad(key, i)))
+
+    def _on_grad(self, key, index):
+        @guarded(f"backward hook of {self.name}")
+        def on_grad(grad):
+            self.fill(key, index, grad)
+        return on_grad
+
+    def fill(self, key, index, grad) -> None:
+        session = self.session
+        if not session.step_open:
+            return
+        if self.record is None:
+            data = {}
+            if session.filter.wants_part("input"):
+                data["input"] = [None] * self.n_out
+            if session.filter.wants_part("output"):
+                data["output"] = [None] * self.n_in
+            self.record = session.add(Record(self.name, data))
+            if session.config.extra_info:
+                session.set_parent(self.name, self.parent)
+        slots = self.record.data.get(key)
+        if slots is not None and index < len(slots):
+            slots[index] = self.summarizer.summarize(grad)
+            session.touch()
+
+
+class CallRecorder:
+    """Begins and ends recorded calls; module hooks and the API capture both go through here."""
+
+    def __init__(self, session, summarizer):
+        self.session = session
+        self.summarizer = summarizer
+        self.grad_handles = []   # tensor hooks of this step, removed when the step ends
+
+    def begin(self, name: str, bwd_name: str, args, kwargs, parent, bwd_parent, params=None) -> Call:
+        session, flt = self.session, self.session.filter
+        flt.on_start(name)
+        call = Call(name)
+        if flt.wants(name):
+            call.record = record = Record(name)
+            if flt.wants_part("input"):
+                record.data["input_args"] = self.summarizer.encode(args, ("input_args",))
+                record.data["input_kwargs"] = self.summarizer.encode(kwargs, ("input_kwargs",))
+                if params is not None:
+                    record.data["parameters"] = {p: self.summarizer.summarize(t) for p, t in params}
+            if session.config.extra_info:
+                session.set_parent(name, parent)
+                session.stacks.add(name, session.stacks.capture())
+        if torch.is_grad_enabled() and flt.wants(bwd_name):
+            inputs = list(tensor_leaves((args, kwargs), is_tensor))
+            call.backward = BackwardCall(bwd_name, session, self.summarizer, len(inputs))
+            call.backward.hook(inputs, "output", self.grad_handles)
+            call.backward.parent = bwd_parent
+        return call
+
+    def end(self, call: Call, output, recorded_output=None) -> None:
+        """`recorded_output` replaces `output` in the record (an in-place `x[i] = y` records x, not None)."""
+        session = self.session
+        if call.record is not None:
+            if session.filter.wants_part("output"):
+                shown = output if recorded_output is None else recorded_output
+                call.record.data["output"] = self.summarizer.encode_output(shown)
+            if not call.record.is_empty():
+                session.add(call.record)
+        if call.backward is not None:
+            call.backward.hook(list(tensor_leaves(output, is_tensor)), "input", self.grad_handles)
+        session.filter.on_end(call.name)
+
+    def end_step(self) -> None:
+        for handle in self.grad_handles:
+            handle.remove()
+        self.grad_handles.clear()
