@@ -17,7 +17,7 @@ from torch.overrides import get_overridable_functions
 OUT = os.path.join(os.path.dirname(__file__), "..", "msprobe_lite", "pytorch", "apis.yaml")
 
 # Methods that only read metadata, convert to Python, or drive autograd: not numerical operations.
-NOT_OPS = re.compile(r"^(_.*|is_.*|dim|ndimension|size|stride|numel|nelement|element_size|data_ptr|"
+NOT_OPS = re.compile(r"^(_[^_].*|is_.*|dim|ndimension|size|stride|numel|nelement|element_size|data_ptr|"
                      r"const_data_ptr|mutable_data_ptr|storage.*|untyped_storage|get_device|dim_order|"
                      r"item|tolist|numpy|backward|register_.*|retain_grad|requires_grad_|__repr__|__format__|"
                      r"__len__|__bool__|__nonzero__|__int__|__long__|__float__|__complex__|__index__|"

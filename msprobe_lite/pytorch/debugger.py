@@ -10,11 +10,13 @@ import torch
 from ..config import load_config
 from ..core.safety import guarded, log
 from ..core.session import Session
+from .api_capture import ApiCapture
 from .calls import CallRecorder
 from .module_hooks import ModuleHooks
 from .summary import TorchSummarizer, resolve_pending
 
 MODULE_LEVELS = ("L0", "mix")
+API_LEVELS = ("L1", "mix")
 
 
 def current_rank():
@@ -36,7 +38,10 @@ class PrecisionDebugger:
         self.session = Session(self.config, "pytorch", "Module", ("torch",), current_rank, resolve_pending)
         self.summarizer = TorchSummarizer(self.session)
         self.recorder = CallRecorder(self.session, self.summarizer)
-        self.modules = ModuleHooks(self.session, self.summarizer, self.recorder)
+        level = self.config.level
+        self.modules = ModuleHooks(self.session, self.summarizer, self.recorder) if level in MODULE_LEVELS else None
+        self.apis = (ApiCapture(self.session, self.recorder, self.summarizer, self.modules)
+                     if level in API_LEVELS else None)
         log.info("dumping task=%s level=%s to %s", self.config.task, self.config.level, self.config.dump_path)
 
     def start(self, model=None) -> None:
@@ -55,11 +60,14 @@ class PrecisionDebugger:
 
     @guarded("start()")
     def _start(self) -> None:
-        self.session.start()
+        if self.session.start() and self.apis is not None:
+            self.apis.activate()
 
     @guarded("stop()")
     def stop(self) -> None:
         """Stop collecting forward calls and write what the step holds so far."""
+        if self.apis is not None:
+            self.apis.deactivate()
         self.session.stop()
 
     forward_backward_dump_end = stop
@@ -67,9 +75,14 @@ class PrecisionDebugger:
     @guarded("step()")
     def step(self) -> None:
         """End the step: write it (backward records included) and move to the next one."""
+        if self.apis is not None:
+            self.apis.deactivate()
         self.session.next_step()
         self.summarizer.reset()
         self.recorder.end_step()
         if self.session.finished:
-            self.modules.detach()
+            if self.modules is not None:
+                self.modules.detach()
+            if self.apis is not None:
+                self.apis.remove()
             log.info("last selected step dumped: hooks removed, nothing more is collected")

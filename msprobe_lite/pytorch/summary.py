@@ -133,6 +133,11 @@ class TorchSummarizer:
     def reset(self) -> None:
         self._cache.clear()
 
+    def forget(self, tensors) -> None:
+        """Drop cached summaries of tensors changed without a version bump (collectives write in place)."""
+        for t in tensors:
+            self._cache.pop(id(t), None)
+
     # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
     # recorded by the API capture nor pay its per-call overhead.
     def encode(self, value, path: tuple = ()):

@@ -1,0 +1,187 @@
+"""API-level (L1) capture for PyTorch, without patching torch.
+
+A `TorchFunctionMode` sees every call of torch.*, torch.Tensor methods and operators and
+torch.nn.functional, whatever name it was imported under (`from torch import tanh` included), and replaces
+no attribute: identity and isinstance checks in user code behave as without the debugger. The mode is pushed
+at `start()` and popped at `stop()`, so outside collection PyTorch runs untouched.
+
+Inside `__torch_function__` PyTorch disables the mode for the duration of the call, so an API called inside
+another captured API is neither a record nor counted: only outermost calls are. Which functions count as
+APIs comes from `apis.yaml` (identity lookup, one dict probe per call).
+
+torch.distributed's collectives do not go through `__torch_function__`; they are wrapped while collecting
+and restored at `stop()` (so `from torch.distributed import all_reduce` made before `start()` is not seen).
+Their `output` holds their tensor arguments after the operation (for `async_op=True`, once the work is done).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+import yaml
+from torch.overrides import TorchFunctionMode
+
+from ..core.naming import BACKWARD, FORWARD, api_record
+from ..core.safety import guarded, log
+from ..core.values import tensor_leaves
+from .calls import is_tensor
+
+API_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apis.yaml")
+# Later sections win when two names are the same object (F.conv2d is torch.conv2d): the most specific name.
+SECTIONS = (("tensor", "Tensor", torch.Tensor), ("torch", "Torch", torch), ("functional", "Functional", F))
+OPTIMIZER = "optimizer"
+
+
+def load_api_list(path: str = API_LIST):
+    """(table {function: (prefix, name)}, [distributed names]) from an API list YAML."""
+    with open(path, encoding="utf-8") as f:
+        spec = yaml.safe_load(f) or {}
+    known = {s for s, _, _ in SECTIONS} | {"distributed"}
+    if not isinstance(spec, dict) or set(spec) - known:
+        raise ValueError(f"{path}: expected a mapping with sections {sorted(known)}, "
+                         f"got {sorted(spec) if isinstance(spec, dict) else type(spec).__name__}")
+    table, missing = {}, []
+    for section, prefix, namespace in SECTIONS:
+        for name in spec.get(section) or []:
+            func = getattr(namespace, str(name), None)
+            if callable(func):
+                table[func] = (prefix, str(name))
+            else:
+                missing.append(f"{section}.{name}")
+    if missing:
+        log.warning("%s: %d names are not in this PyTorch and are not captured: %s", path, len(missing),
+                    ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else ""))
+    return table, [str(n) for n in spec.get("distributed") or []]
+
+
+class ApiCapture(TorchFunctionMode):
+    """Records outermost API calls while pushed; `modules` (mix level) gives each call its parent module."""
+
+    def __init__(self, session, recorder, summarizer, modules=None, api_list: str = API_LIST):
+        super().__init__()
+        self.session = session
+        self.recorder = recorder
+        self.summarizer = summarizer
+        self.modules = modules
+        self.table, self.distributed = load_api_list(api_list)
+        self.in_optimizer = False
+        self.active = False
+        self._patched = {}
+        self._optimizer_hooks = []
+        if modules is not None:
+            from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+            self._optimizer_hooks = [register_optimizer_step_pre_hook(self._enter_optimizer),
+                                     register_optimizer_step_post_hook(self._leave_optimizer)]
+
+    # -- switching on and off ------------------------------------------------------------------------------
+    def activate(self) -> None:
+        if self.active:
+            return
+        self.__enter__()
+        self.active = True
+        self.in_optimizer = False
+        self._wrap_distributed()
+
+    def deactivate(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        self._unwrap_distributed()
+        self.__exit__(None, None, None)
+
+    def remove(self) -> None:
+        """For good: also the optimizer hooks."""
+        self.deactivate()
+        for handle in self._optimizer_hooks:
+            handle.remove()
+        self._optimizer_hooks = []
+
+    def _enter_optimizer(self, *_):
+        self.in_optimizer = True
+
+    def _leave_optimizer(self, *_):
+        self.in_optimizer = False
+
+    # -- interception ----------------------------------------------------------------------------------------
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        entry = self.table.get(func)
+        if entry is None:
+            return func(*args, **(kwargs or {}))
+        return self.record_call(entry, func, args, kwargs or {})
+
+    def record_call(self, entry, func, args, kwargs):
+        call = self._begin(entry, args, kwargs)
+        out = func(*args, **kwargs)
+        if call is not None:
+            self._end(call, entry, args, out)
+        return out
+
+    @guarded("API capture")
+    def _begin(self, entry, args, kwargs):
+        session = self.session
+        if not session.forward_on:
+            return None
+        prefix, api = entry
+        n = session.next_index(entry)
+        parent = bwd_parent = None
+        if self.modules is not None:
+            if self.in_optimizer:
+                parent = OPTIMIZER
+                session.set_parent(OPTIMIZER, None)
+            else:
+                outer = self.modules.current()
+                if outer is not None:
+                    parent = outer.name
+                    bwd_parent = outer.backward.name if outer.backward else None
+        return self.recorder.begin(api_record(prefix, api, n, FORWARD), api_record(prefix, api, n, BACKWARD),
+                                   args, kwargs, parent, bwd_parent)
+
+    @guarded("API capture")
+    def _end(self, call, entry, args, out):
+        if entry[1] == "__setitem__" and args:
+            self.recorder.end(call, out, recorded_output=args[0])  # x[i] = y: the output is x, changed
+        else:
+            self.recorder.end(call, out)
+
+    # -- torch.distributed -------------------------------------------------------------------------------
+    def _wrap_distributed(self) -> None:
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        for name in self.distributed:
+            original = getattr(dist, name, None)
+            if callable(original):
+                self._patched[name] = original
+                setattr(dist, name, self._collective(name, original))
+
+    def _unwrap_distributed(self) -> None:
+        for name, original in self._patched.items():
+            setattr(torch.distributed, name, original)
+        self._patched = {}
+
+    def _collective(self, name, original):
+        entry = ("Distributed", name)
+
+        def collective(*args, **kwargs):
+            call = self._begin(entry, args, kwargs)
+            with torch._C.DisableTorchFunction():  # its internals are not API calls of the user's
+                result = original(*args, **kwargs)
+            if call is not None:
+                self._after_collective(call, args, kwargs, result)
+            return result
+        collective.__wrapped__ = original
+        return collective
+
+    @guarded("distributed capture")
+    def _after_collective(self, call, args, kwargs, result) -> None:
+        """The record's output: the tensor arguments after the operation, once it is complete."""
+        def finish(_=None):
+            self.summarizer.forget(tensor_leaves((args, kwargs), is_tensor))  # changed in place, same version
+            self.recorder.end(call, None, recorded_output=list(args))
+
+        future = getattr(result, "get_future", None)
+        if callable(future):
+            future().then(guarded("distributed capture")(finish))
+        else:
+            finish()

@@ -1,0 +1,216 @@
+"""API-level (L1) and mix dumps: names, counts, values against autograd, in-place ops, filters, identity."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import tanh  # imported by name before the debugger exists: must still be captured
+
+from helpers import assert_stats, data, load
+from models import make, train
+from test_bitwise import assert_bitwise
+
+from msprobe_lite.pytorch import PrecisionDebugger
+
+
+def dump_of(tmp_path, fn, level="L1", **cfg):
+    """Run `fn()` between start/stop/step with a config built from `cfg`; return (data, dump folder)."""
+    body = {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": level}
+    body.update(cfg)
+    (tmp_path / "config.json").write_text(json.dumps(body))
+    d = PrecisionDebugger(str(tmp_path / "config.json"))
+    model = fn.__defaults__[0] if fn.__defaults__ else None
+    d.start(model=model)
+    fn()
+    d.stop()
+    d.step()
+    return data(tmp_path / "dump"), tmp_path / "dump"
+
+
+def helper(x):
+    return torch.sigmoid(x) * 2
+
+
+def test_names_counts_imports_and_outermost_only(tmp_path):
+    x = torch.randn(3, 4)
+    w = torch.randn(5, 4)
+
+    def program():
+        a = tanh(x)                      # Torch.tanh via a name imported before the debugger
+        b = helper(a) + helper(x)        # reused function: counters go on (sigmoid.0, sigmoid.1)
+        c = F.linear(b, w)               # its internal ops are not records
+        d = F.softmax(c, dim=-1)
+        return d @ d.t()
+
+    dump, _ = dump_of(tmp_path, program)
+    assert list(dump) == [
+        "Torch.tanh.0.forward", "Torch.sigmoid.0.forward", "Tensor.mul.0.forward", "Torch.sigmoid.1.forward",
+        "Tensor.mul.1.forward", "Tensor.add.0.forward", "Functional.linear.0.forward",
+        "Functional.softmax.0.forward", "Tensor.t.0.forward", "Tensor.matmul.0.forward"]
+    assert_stats(dump["Torch.tanh.0.forward"]["output"][0], torch.tanh(x))
+    assert dump["Functional.softmax.0.forward"]["input_kwargs"]["dim"] == {"type": "int", "value": -1}
+    lin = dump["Functional.linear.0.forward"]
+    assert_stats(lin["input_args"][1], w)
+    assert_stats(lin["output"][0], F.linear(helper(tanh(x)) + helper(x), w))
+
+
+def test_inplace_apis_input_before_output_after(tmp_path):
+    x = torch.arange(6.0).reshape(2, 3) - 2.5
+    before = x.clone()
+
+    def program():
+        x.add_(1.0)
+        x.relu_()
+        x[0] = 7.0
+
+    dump, _ = dump_of(tmp_path, program)
+    assert list(dump) == ["Tensor.add_.0.forward", "Tensor.relu_.0.forward", "Tensor.__setitem__.0.forward"]
+    assert_stats(dump["Tensor.add_.0.forward"]["input_args"][0], before)
+    assert_stats(dump["Tensor.add_.0.forward"]["output"][0], before + 1)
+    assert_stats(dump["Tensor.relu_.0.forward"]["input_args"][0], before + 1)
+    assert_stats(dump["Tensor.relu_.0.forward"]["output"][0], (before + 1).relu())
+    setitem = dump["Tensor.__setitem__.0.forward"]
+    assert_stats(setitem["input_args"][0], (before + 1).relu())
+    assert setitem["input_args"][1] == {"type": "int", "value": 0}
+    assert_stats(setitem["output"][0], x)
+
+
+def test_api_raising_inside_try_does_not_disturb_capture(tmp_path):
+    a, b = torch.randn(2, 3), torch.randn(4, 5)
+
+    def program():
+        try:
+            torch.matmul(a, b)           # shapes do not match: raises
+        except RuntimeError:
+            pass
+        torch.matmul(a, a.t())
+        torch.relu(a)
+
+    dump, _ = dump_of(tmp_path, program)
+    assert list(dump) == ["Tensor.t.0.forward", "Torch.matmul.1.forward", "Torch.relu.0.forward"]
+
+
+def test_backward_values_against_autograd(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, requires_grad=True)
+    w = torch.randn(2, 3, requires_grad=True)
+    kept = {}
+
+    def program():
+        h = F.linear(x, w)
+        h.retain_grad()
+        kept["h"] = h
+        loss = torch.tanh(h).sum()
+        loss.backward()
+
+    dump, _ = dump_of(tmp_path, program)
+    lin = dump["Functional.linear.0.backward"]
+    assert_stats(lin["input"][0], kept["h"].grad)          # grad w.r.t. the output
+    assert_stats(lin["output"][0], x.grad)                 # grads w.r.t. the inputs
+    assert_stats(lin["output"][1], w.grad)
+    assert_stats(dump["Torch.tanh.0.backward"]["output"][0], kept["h"].grad)
+
+
+def test_composite_api_backward_output_is_the_inputs_gradient(tmp_path):
+    torch.manual_seed(0)
+    logits = torch.randn(5, 7, requires_grad=True)
+    target = torch.randint(0, 7, (5,))
+
+    def program():
+        F.cross_entropy(logits, target).backward()
+
+    dump, _ = dump_of(tmp_path, program)
+    ce = dump["Functional.cross_entropy.0.backward"]
+    assert_stats(ce["output"][0], logits.grad)               # d loss / d logits
+    assert ce["output"][1] is None                         # integer targets have no gradient
+    assert ce["input"][0]["Max"] == 1.0                    # d loss / d loss
+
+
+def test_mix_construct_maps_apis_to_modules_and_optimizer(tmp_path):
+    model, x, y = make("mlp")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def program(m=model):
+        F.cross_entropy(m(x), y).backward()
+        opt.step()
+
+    dump, folder = dump_of(tmp_path, program, level="mix")
+    construct = load(folder, name="construct.json")
+    assert construct["Functional.linear.0.forward"] == "Module.fc1.Linear.forward.0"
+    assert construct["Functional.relu.0.forward"] == "Module.act.ReLU.forward.0"
+    assert construct["Functional.cross_entropy.0.forward"] is None
+    assert construct["Functional.linear.1.backward"] == "Module.fc2.Linear.backward.0"
+    assert construct["optimizer"] is None
+    opt_records = [n for n, p in construct.items() if p == "optimizer"]
+    assert len(opt_records) == 4 and all(n.startswith("Tensor.add_.") for n in opt_records)
+    names = list(dump)
+    assert names.index("Functional.linear.0.forward") < names.index("Module.fc1.Linear.forward.0")
+
+
+def test_l1_construct_is_empty_and_stacks_point_at_user_lines(tmp_path):
+    x = torch.randn(3)
+
+    def program():
+        torch.exp(x)
+
+    _, folder = dump_of(tmp_path, program)
+    assert load(folder, name="construct.json") == {}
+    stack = load(folder, name="stack.json")
+    (names, frames), = stack.values()
+    assert names == ["Torch.exp.0.forward"]
+    assert "in program, \n torch.exp(x)" in frames[0]
+
+
+@pytest.mark.parametrize("cfg,expected", [
+    ({"statistics": {"list": ["relu"]}}, ["Torch.relu.0.forward", "Torch.relu.0.backward"]),
+    ({"statistics": {"scope": ["Torch.exp.0.forward", "Torch.relu.0.forward"]}},
+     ["Torch.exp.0.forward", "Tensor.mul.0.forward", "Torch.relu.0.forward", "Torch.relu.0.backward",
+      "Tensor.mul.0.backward", "Torch.exp.0.backward"]),
+    ({"statistics": {"data_mode": ["backward"]}},
+     ["Tensor.sum.0.backward", "Torch.relu.0.backward", "Tensor.mul.0.backward", "Torch.exp.0.backward",
+      "Torch.sin.0.backward"]),
+])
+def test_filters_at_l1(tmp_path, cfg, expected):
+    x = torch.randn(4, requires_grad=True)
+
+    def program():
+        torch.relu(torch.exp(torch.sin(x)) * 2).sum().backward()
+
+    dump, _ = dump_of(tmp_path, program, **cfg)
+    assert list(dump) == expected
+
+
+def test_torch_is_untouched(tmp_path):
+    before = (torch.add, torch.Tensor.add, F.linear, torch.Tensor.__add__, torch.nn.functional.relu)
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="L1", task="statistics")
+    d.start()
+    during = (torch.add, torch.Tensor.add, F.linear, torch.Tensor.__add__, torch.nn.functional.relu)
+    x = torch.ones(2)
+    assert type(x) is torch.Tensor and isinstance(x + 1, torch.Tensor)
+    d.stop()
+    d.step()
+    assert all(a is b for a, b in zip(before, during))
+    assert not torch.overrides._get_current_function_mode_stack()
+
+
+def test_nothing_recorded_outside_start_stop(tmp_path):
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="L1", task="statistics")
+    torch.exp(torch.ones(2))
+    d.start()
+    torch.sin(torch.ones(2))
+    d.stop()
+    torch.cos(torch.ones(2))
+    d.step()
+    assert list(data(tmp_path)) == ["Torch.sin.0.forward"]
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+@pytest.mark.parametrize("kind", ["mlp_inplace", "cnn", "transformer"])
+def test_training_is_bitwise_identical(tmp_path, level, kind):
+    baseline = train(kind, steps=3)
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level=level)
+    assert_bitwise(baseline, train(kind, steps=3, debugger=debugger))
+    assert len(data(tmp_path, step=2)) > 20
