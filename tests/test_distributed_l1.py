@@ -1,0 +1,58 @@
+"""Collectives under gloo (2 processes): Distributed.* records whose output is the buffer after the op."""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from helpers import assert_stats, data
+from test_distributed_l0 import _free_port
+
+
+def _worker(rank, world, port, config, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from msprobe_lite.pytorch import PrecisionDebugger
+    try:
+        d = PrecisionDebugger(config)
+        original = dist.all_reduce
+        d.start()
+        assert dist.all_reduce is not original       # wrapped only while collecting
+        t = torch.full((3,), float(rank + 1))
+        dist.all_reduce(t)                           # sum over ranks: 1 + 2 = 3
+        u = torch.arange(4.0) * (rank + 1)
+        work = dist.all_reduce(u, async_op=True)     # output recorded once the work is done
+        work.wait()
+        gathered = [torch.zeros(2) for _ in range(world)]
+        dist.all_gather(gathered, torch.full((2,), float(rank)))
+        d.stop()
+        d.step()
+        assert dist.all_reduce is original           # restored at stop()
+        torch.save({"t": t, "u": u, "g": gathered}, os.path.join(out, f"live{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_collectives_are_recorded_with_buffers_after_the_operation(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "dump")}))
+    mp.spawn(_worker, args=(2, _free_port(), str(config), str(tmp_path)), nprocs=2, join=True)
+    for rank in (0, 1):
+        dump = data(tmp_path / "dump", rank=rank)
+        live = torch.load(tmp_path / f"live{rank}.pt", weights_only=True)
+        names = [n for n in dump if n.startswith("Distributed.")]
+        assert names == ["Distributed.all_reduce.0.forward", "Distributed.all_reduce.1.forward",
+                         "Distributed.all_gather.0.forward"]
+        first = dump["Distributed.all_reduce.0.forward"]
+        assert_stats(first["input_args"][0], torch.full((3,), float(rank + 1)))
+        assert_stats(first["output"][0], live["t"])
+        assert first["output"][0]["Max"] == 3.0
+        second = dump["Distributed.all_reduce.1.forward"]
+        assert_stats(second["output"][0], live["u"])
+        assert second["input_kwargs"]["async_op"] == {"type": "bool", "value": True}
+        gather = dump["Distributed.all_gather.0.forward"]
+        for i in range(2):
+            assert_stats(gather["output"][0][i], live["g"][i])
