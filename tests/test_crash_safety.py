@@ -68,10 +68,10 @@ def test_a_failing_hook_reports_once_and_training_goes_on(tmp_path, capsys, monk
     model, x, _ = make("mlp")
     d = PrecisionDebugger(dump_path=str(tmp_path), level="L0", task="statistics")
 
-    def broken(value, path=()):
+    def broken(tensor):
         raise RuntimeError("summary exploded")
 
-    monkeypatch.setattr(d.summarizer, "encode", broken)
+    monkeypatch.setattr(d.summarizer, "_summarize", broken)
     d.start(model=model)
     for _ in range(3):
         out = model(x)

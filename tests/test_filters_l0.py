@@ -70,13 +70,13 @@ def test_data_mode(tmp_path, mode, keys):
 
 def test_numbering_does_not_depend_on_filters(tmp_path):
     model, x, _ = make("mlp")
-    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="L0", task="statistics")
-    # fc1 called twice: list selects only the second call, which keeps its index 1
-    debugger.config.statistics  # noqa: B018 - the config is built
-    debugger.session.filter.names = ["Module.fc1.Linear.forward.1"]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": "statistics", "level": "L0", "dump_path": str(tmp_path / "dump"),
+                                  "statistics": {"list": ["Module.fc1.Linear.forward.1"]}}))
+    debugger = PrecisionDebugger(str(config))
     debugger.start(model=model)
     model.fc1(x)
-    model.fc1(x)
+    model.fc1(x)  # only the second call is selected, and it keeps its index 1
     debugger.stop()
     debugger.step()
-    assert list(data(tmp_path)) == ["Module.fc1.Linear.forward.1"]
+    assert list(data(tmp_path / "dump")) == ["Module.fc1.Linear.forward.1"]

@@ -28,6 +28,8 @@ class RecordFilter:
         self.directions = set(directions)
         self.parts = set(parts)
         self._scope_direction = direction_of(self.scope[0]) if self.scope else None
+        # the usual case, answered without parsing names: nothing filtered at all
+        self.everything = not self.scope and not self.names and self.directions >= {FORWARD, BACKWARD}
         self.reset()
 
     def reset(self) -> None:
@@ -63,6 +65,8 @@ class RecordFilter:
 
     # -- the decision -------------------------------------------------------------------------------------
     def wants(self, name: str) -> bool:
+        if self.everything:
+            return True
         direction = direction_of(name)
         in_scope = self._scope_allows(name, direction)  # first: scope membership must not depend on data_mode
         if direction in (FORWARD, BACKWARD) and direction not in self.directions:

@@ -28,7 +28,8 @@ class StackCollector:
         skip = [_package_dir("msprobe_lite")]
         skip += [_package_dir(name) for name in framework_packages]
         self._skip_prefixes = tuple(p for p in skip if p)
-        self._skip_code = {}    # code object -> bool (frame is not user code)
+        self._skip_code = {}    # id(code) -> bool (frame is not user code); ints hash fast, code objects don't
+        self._codes = {}        # id(code) -> code: keeps every code object seen alive, so ids stay unique
         self._formatted = {}    # stack key -> tuple of frame strings
         self.reset()
 
@@ -37,22 +38,28 @@ class StackCollector:
         self._entries = []      # [names, frames]
 
     def _skip(self, code) -> bool:
-        skip = self._skip_code.get(code)
+        key = id(code)
+        skip = self._skip_code.get(key)
         if skip is None:
             filename = code.co_filename
             skip = filename.startswith("<frozen") or (
                 os.path.abspath(filename).startswith(self._skip_prefixes) if self._skip_prefixes else False)
-            self._skip_code[code] = skip
+            self._skip_code[key] = skip
+            self._codes[key] = code
         return skip
 
     def capture(self, skip_frames: int = 1) -> tuple:
-        """The key of the current user stack (innermost first)."""
+        """The key of the current user stack (innermost first): (id(code), line) pairs."""
         frame = sys._getframe(skip_frames)
         key = []
+        skip_code = self._skip_code
         while frame is not None:
             code = frame.f_code
-            if not self._skip(code):
-                key.append((code, frame.f_lineno))
+            skip = skip_code.get(id(code))
+            if skip is None:
+                skip = self._skip(code)
+            if not skip:
+                key.append((id(code), frame.f_lineno))
             frame = frame.f_back
         return tuple(key)
 
@@ -67,10 +74,11 @@ class StackCollector:
     def _format(self, key: tuple) -> list:
         frames = self._formatted.get(key)
         if frames is None:
+            codes = self._codes
             frames = self._formatted[key] = tuple(
-                f"File {code.co_filename}, line {line}, in {code.co_name}, \n "
-                f"{linecache.getline(code.co_filename, line).strip()}"
-                for code, line in key)
+                f"File {codes[c].co_filename}, line {line}, in {codes[c].co_name}, \n "
+                f"{linecache.getline(codes[c].co_filename, line).strip()}"
+                for c, line in key)
         return list(frames)
 
     def to_json(self) -> dict:

@@ -50,21 +50,27 @@ def numpy_array_summary(array) -> dict:
 class ValueEncoder:
     """Walks nested Python values; tensors go to the adapter's callback, everything else is encoded here."""
 
-    def __init__(self, is_tensor: Callable[[Any], bool], extra: dict | None = None):
+    def __init__(self, is_tensor: Callable[[Any], bool], extra: dict | None = None, tensor_type: type = None):
         self.is_tensor = is_tensor
+        self.tensor_type = tensor_type  # exact type checked first, before the general is_tensor test
         self.extra = dict(extra or {})  # exact type -> encoder, for framework objects
 
     def encode(self, value, tensor: Callable, path: tuple = ()):
         return self._walk(value, tensor, path, 0)
 
     def _walk(self, value, tensor, path, depth):
-        if self.is_tensor(value):
+        kind = type(value)
+        if kind is self.tensor_type:  # the common cases first: this runs for every argument of every call
             return tensor(value, path)
         if value is None:
             return None
-        kind = type(value)
         if kind in (bool, int, float, str):
             return {"type": kind.__name__, "value": value}
+        if kind is tuple or kind is list:
+            return [self._walk(v, tensor, path + (i,), depth + 1) for i, v in enumerate(value)] \
+                if depth < MAX_DEPTH else None
+        if self.is_tensor(value):
+            return tensor(value, path)
         if depth >= MAX_DEPTH:
             return None
         if kind in self.extra:

@@ -61,6 +61,13 @@ def write_step(folder: str, header: dict, records, stack: dict | None, construct
     make_dirs(folder)
     write_atomic(os.path.join(folder, data_file), dump_json_text(header, records))
     if stack is not None:
-        write_atomic(os.path.join(folder, "stack.json"), json.dumps(stack, indent=1) + "\n")
+        write_atomic(os.path.join(folder, "stack.json"), json_lines(stack))
     if construct is not None:
-        write_atomic(os.path.join(folder, "construct.json"), json.dumps(construct, indent=1) + "\n")
+        write_atomic(os.path.join(folder, "construct.json"), json_lines(construct))
+
+
+def json_lines(mapping: dict) -> str:
+    """A JSON object with one entry per line: readable, and made by the C encoder (`indent` is pure Python)."""
+    if not mapping:
+        return "{}\n"
+    return "{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in mapping.items()) + "\n}\n"

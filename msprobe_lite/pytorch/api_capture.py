@@ -15,6 +15,7 @@ Their `output` holds their tensor arguments after the operation (for `async_op=T
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -33,10 +34,11 @@ SECTIONS = (("tensor", "Tensor", torch.Tensor), ("torch", "Torch", torch), ("fun
 OPTIMIZER = "optimizer"
 
 
+@functools.lru_cache(maxsize=8)
 def load_api_list(path: str = API_LIST):
-    """(table {function: (prefix, name)}, [distributed names]) from an API list YAML."""
+    """(table {function: (prefix, name)}, [distributed names]) from an API list YAML (parsed once)."""
     with open(path, encoding="utf-8") as f:
-        spec = yaml.safe_load(f) or {}
+        spec = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     known = {s for s, _, _ in SECTIONS} | {"distributed"}
     if not isinstance(spec, dict) or set(spec) - known:
         raise ValueError(f"{path}: expected a mapping with sections {sorted(known)}, "
@@ -52,7 +54,7 @@ def load_api_list(path: str = API_LIST):
     if missing:
         log.warning("%s: %d names are not in this PyTorch and are not captured: %s", path, len(missing),
                     ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else ""))
-    return table, [str(n) for n in spec.get("distributed") or []]
+    return table, tuple(str(n) for n in spec.get("distributed") or [])
 
 
 class ApiCapture(TorchFunctionMode):

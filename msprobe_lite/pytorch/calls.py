@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..core.records import Record
-from ..core.safety import guarded
+from ..core.safety import report_failure
 from ..core.values import tensor_leaves
 
 
@@ -57,9 +57,11 @@ class BackwardCall:
                 handles.append(t.register_hook(self._on_grad(key, i)))
 
     def _on_grad(self, key, index):
-        @guarded(f"backward hook of {self.name}")
-        def on_grad(grad):
-            self.fill(key, index, grad)
+        def on_grad(grad):  # made for every hooked tensor: no decorator layer here, the guard is inline
+            try:
+                self.fill(key, index, grad)
+            except Exception as exc:  # noqa: BLE001 - never break the user's backward
+                report_failure(f"backward hook of {self.name}", exc, site="backward hook")
         return on_grad
 
     def fill(self, key, index, grad) -> None:
@@ -96,8 +98,7 @@ class CallRecorder:
         if flt.wants(name):
             call.record = record = Record(name)
             if flt.wants_part("input"):
-                record.data["input_args"] = self.summarizer.encode(args, ("input_args",))
-                record.data["input_kwargs"] = self.summarizer.encode(kwargs, ("input_kwargs",))
+                record.data["input_args"], record.data["input_kwargs"] = self.summarizer.encode_call(args, kwargs)
                 if params is not None:
                     record.data["parameters"] = {p: self.summarizer.summarize(t) for p, t in params}
             if session.config.extra_info:

@@ -22,13 +22,18 @@ _NUMPY_NATIVE = {torch.float32, torch.float64, torch.int8, torch.int16, torch.in
 _NORM_SAFE = 1e18  # beyond this magnitude a float32 sum of squares could overflow: use float64 instead
 
 
-def _cpu_stats(t: torch.Tensor) -> tuple:
-    """Statistics of a non-empty CPU tensor through numpy: one zero-copy view, four cheap reductions.
+_NUMPY_MAX = 1 << 16        # up to here numpy's reductions beat torch's per-op dispatch; above, torch's
+_ONES = np.ones(_NUMPY_MAX, dtype=np.float32)  # multithreaded kernels win. sum = dot(a, 1): a BLAS pass
 
-    (Each torch op costs a few microseconds of dispatch on small tensors; numpy's reductions cost about one.)
+
+def _cpu_stats(t: torch.Tensor) -> tuple:
+    """Statistics of a non-empty CPU tensor, by the fastest route for its size.
+
+    Small tensors: numpy over a zero-copy view (one torch dispatch costs more than a numpy reduction there).
+    Large ones: torch's fused kernels, stacked and fetched in one `tolist()`.
     """
-    if t.dtype not in _NUMPY_NATIVE:
-        if not t.is_floating_point():
+    if t.numel() > _NUMPY_MAX or t.dtype not in _NUMPY_NATIVE:
+        if not t.is_floating_point() or t.numel() > _NUMPY_MAX:
             value, kind = _stat_tensor(t)
             return _as_stats(value.tolist(), kind)
         t = t.float()  # bf16/fp16/fp8: statistics accumulate in float32
@@ -42,9 +47,10 @@ def _cpu_stats(t: torch.Tensor) -> tuple:
     if not (math.isfinite(high) and math.isfinite(low)):
         with np.errstate(all="ignore"):  # NaN/Inf are data here, not a numpy warning for the user
             return high, low, float(a.mean(dtype=a.dtype)), math.sqrt(float(np.dot(a, a)))
-    if a.dtype == np.float32 and max(abs(high), abs(low)) > _NORM_SAFE:
-        a = a.astype(np.float64)
-    return high, low, float(a.mean(dtype=a.dtype)), math.sqrt(float(np.dot(a, a)))
+    if a.dtype == np.float64 or max(abs(high), abs(low)) > _NORM_SAFE:
+        a = a.astype(np.float64, copy=False)
+        return high, low, float(a.mean()), math.sqrt(float(np.dot(a, a)))
+    return high, low, float(np.dot(a, _ONES[:a.size])) / a.size, math.sqrt(float(np.dot(a, a)))
 
 
 def _stat_tensor(t: torch.Tensor):
@@ -54,7 +60,7 @@ def _stat_tensor(t: torch.Tensor):
     if t.is_complex():
         return torch.linalg.vector_norm(t).reshape(1), "complex"
     if t.is_floating_point():
-        acc = t.float() if t.dtype in _LOW_PRECISION or t.element_size() < 2 else t
+        acc = (t.float() if t.dtype in _LOW_PRECISION or t.element_size() < 2 else t).reshape(-1)
         low, high = torch.aminmax(acc)
         return torch.stack((high, low, acc.mean(), torch.linalg.vector_norm(acc))), "float"
     wide = t.double()
@@ -128,7 +134,7 @@ class TorchSummarizer:
         self._cache: dict = {}
         self.encoder = ValueEncoder(
             lambda v: isinstance(v, torch.Tensor),
-            {torch.Size: _encode_size, torch.dtype: _encode_dtype, torch.device: _encode_device})
+            {torch.Size: _encode_size, torch.dtype: _encode_dtype, torch.device: _encode_device}, torch.Tensor)
 
     def reset(self) -> None:
         self._cache.clear()
@@ -143,6 +149,12 @@ class TorchSummarizer:
     def encode(self, value, path: tuple = ()):
         with torch._C.DisableTorchFunction():
             return self.encoder.encode(value, self._tensor_leaf, path)
+
+    def encode_call(self, args, kwargs) -> tuple:
+        """(input_args, input_kwargs) of a call, encoded in one pass."""
+        with torch._C.DisableTorchFunction():
+            return (self.encoder.encode(args, self._tensor_leaf, ("input_args",)),
+                    self.encoder.encode(kwargs, self._tensor_leaf, ("input_kwargs",)))
 
     def encode_output(self, output) -> list:
         """`output` is always a list: a tuple/list result is encoded item by item, anything else is wrapped."""

@@ -1,0 +1,153 @@
+"""Overhead benchmark: a small transformer training step timed without the debugger and with each level.
+
+Two sizes, as users meet them: `small` (d_model 64, 2 layers, seq 16, batch 4), where per-call overhead
+dominates, and `big` (d_model 256, 4 layers, seq 128, batch 8), where tensor work dominates. Each
+configuration runs in a fresh model; the step time includes start()/stop()/step(), i.e. writing the dump.
+Prints a table of median step times and slowdown factors, records and dump bytes per step, and writes JSON.
+
+    .venv/bin/python tools/bench.py                      # both sizes, every mode
+    .venv/bin/python tools/bench.py --sizes small --modes L1 --steps 20
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from msprobe_lite.pytorch import PrecisionDebugger  # noqa: E402
+
+SIZES = {"small": dict(d=64, layers=2, seq=16, batch=4), "big": dict(d=256, layers=4, seq=128, batch=8)}
+# mode -> (task, level, summary_mode); None = no debugger
+MODES = {"off": None, "L0": ("statistics", "L0", "statistics"), "L1": ("statistics", "L1", "statistics"),
+         "mix": ("statistics", "mix", "statistics")}
+VOCAB = 512
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+        att = att.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, s, d))
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = Attention(d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+
+
+class GPT(nn.Module):
+    def __init__(self, d, layers, seq):
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, d)
+        self.pos = nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList(Block(d) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, VOCAB)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def run(size: str, mode: str, steps: int, warmup: int) -> dict:
+    cfg = SIZES[size]
+    torch.manual_seed(0)
+    model = GPT(cfg["d"], cfg["layers"], cfg["seq"])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, VOCAB, (cfg["batch"], cfg["seq"]))
+    y = torch.randint(0, VOCAB, (cfg["batch"], cfg["seq"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        debugger = None
+        if MODES[mode] is not None:
+            task, level, summary = MODES[mode]
+            config = {"task": task, "level": level, "dump_path": tmp, "statistics": {"summary_mode": summary}}
+            with open(os.path.join(tmp, "config.json"), "w") as f:
+                json.dump(config, f)
+            debugger = PrecisionDebugger(os.path.join(tmp, "config.json"))
+        times = []
+        for i in range(warmup + steps):
+            t0 = time.perf_counter()
+            if debugger:
+                debugger.start(model=model)
+            loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if debugger:
+                debugger.stop()
+                debugger.step()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        result = {"size": size, "mode": mode, "median_ms": statistics.median(times) * 1e3}
+        if debugger:
+            last = os.path.join(tmp, f"step{warmup + steps - 1}", "rank")
+            with open(os.path.join(last, "dump.json")) as f:
+                result["records_per_step"] = len(json.load(f)["data"])
+            result["bytes_per_step"] = sum(os.path.getsize(os.path.join(last, n)) for n in os.listdir(last))
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--modes", nargs="+", default=[m for m in MODES if m != "off"],
+                        choices=[m for m in MODES if m != "off"])
+    parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 small, 6 big)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--out", default="bench_results.json")
+    args = parser.parse_args(argv)
+    rows = []
+    for size in args.sizes:
+        steps = args.steps or (30 if size == "small" else 6)
+        base = run(size, "off", steps, args.warmup)
+        rows.append(base)
+        for mode in args.modes:
+            row = run(size, mode, steps, args.warmup)
+            row["slowdown"] = row["median_ms"] / base["median_ms"]
+            rows.append(row)
+    print(f"{'size':<6} {'mode':<6} {'median ms':>10} {'slowdown':>9} {'records/step':>13} {'KB/step':>9}")
+    for r in rows:
+        print(f"{r['size']:<6} {r['mode']:<6} {r['median_ms']:>10.2f} {r.get('slowdown', 1.0):>8.2f}x "
+              f"{r.get('records_per_step', 0):>13} {r.get('bytes_per_step', 0) / 1024:>9.1f}")
+    meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
+            "machine": platform.machine(), "cpus": os.cpu_count()}
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    print(f"written {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
