@@ -114,3 +114,15 @@ def test_deeply_nested_values_do_not_recurse_forever():
     for _ in range(100):
         v = [v]
     ValueEncoder(lambda x: False).encode(v, None)
+
+
+def test_large_tensors_take_the_fused_route_with_the_same_rules():
+    big = torch.randn(300_000, generator=torch.Generator().manual_seed(5))
+    for g, w in zip(tensor_stats(big), expected_stats(big)):
+        assert math.isclose(g, w, rel_tol=1e-5)
+    huge = torch.full((100_000,), 3e19)  # float32 squares overflow: recomputed in float64
+    assert math.isclose(tensor_stats(huge)[3], 3e19 * math.sqrt(100_000), rel_tol=1e-6)
+    nan = big.clone()
+    nan[7] = float("nan")
+    assert all(math.isnan(v) for v in tensor_stats(nan))
+    assert tensor_stats(big.to(torch.bfloat16))[0] == float(big.to(torch.bfloat16).max())

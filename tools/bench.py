@@ -2,11 +2,14 @@
 
 Two sizes, as users meet them: `small` (d_model 64, 2 layers, seq 16, batch 4), where per-call overhead
 dominates, and `big` (d_model 256, 4 layers, seq 128, batch 8), where tensor work dominates. Each
-configuration runs in a fresh model; the step time includes start()/stop()/step(), i.e. writing the dump.
+configuration runs in a fresh process (the reference's debugger is a process-wide singleton); the step
+time includes start()/stop()/step(), i.e. writing the dump. AdamW's update runs inside start()/stop(), as
+in a user's loop, so L1 also records the optimizer's operations.
 Prints a table of median step times and slowdown factors, records and dump bytes per step, and writes JSON.
 
     .venv/bin/python tools/bench.py                      # both sizes, every mode
     .venv/bin/python tools/bench.py --sizes small --modes L1 --steps 20
+    REFVENV/bin/python tools/bench.py --tool msprobe     # the reference tool (mindstudio-probe), same steps
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +28,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from msprobe_lite.pytorch import PrecisionDebugger  # noqa: E402
 
 SIZES = {"small": dict(d=64, layers=2, seq=16, batch=4), "big": dict(d=256, layers=4, seq=128, batch=8)}
 # mode -> (task, level, summary_mode); None = no debugger
@@ -81,7 +84,22 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
-def run(size: str, mode: str, steps: int, warmup: int) -> dict:
+def debugger_class(tool: str):
+    if tool == "msprobe":
+        from msprobe.pytorch import PrecisionDebugger
+    else:
+        from msprobe_lite.pytorch import PrecisionDebugger
+    return PrecisionDebugger
+
+
+def last_rank_dir(dump_path: str) -> str:
+    """The rank folder of the last step written: rank/ for msprobe_lite, proc<pid>/ for the reference."""
+    step = max((n for n in os.listdir(dump_path) if n.startswith("step")), key=lambda n: int(n[4:]))
+    (name,) = [n for n in os.listdir(os.path.join(dump_path, step))]
+    return os.path.join(dump_path, step, name)
+
+
+def run(size: str, mode: str, steps: int, warmup: int, tool: str = "msprobe_lite") -> dict:
     cfg = SIZES[size]
     torch.manual_seed(0)
     model = GPT(cfg["d"], cfg["layers"], cfg["seq"])
@@ -95,7 +113,7 @@ def run(size: str, mode: str, steps: int, warmup: int) -> dict:
             config = {"task": task, "level": level, "dump_path": tmp, "statistics": {"summary_mode": summary}}
             with open(os.path.join(tmp, "config.json"), "w") as f:
                 json.dump(config, f)
-            debugger = PrecisionDebugger(os.path.join(tmp, "config.json"))
+            debugger = debugger_class(tool)(os.path.join(tmp, "config.json"))
         times = []
         for i in range(warmup + steps):
             t0 = time.perf_counter()
@@ -110,13 +128,20 @@ def run(size: str, mode: str, steps: int, warmup: int) -> dict:
                 debugger.step()
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
-        result = {"size": size, "mode": mode, "median_ms": statistics.median(times) * 1e3}
+        result = {"tool": tool, "size": size, "mode": mode, "median_ms": statistics.median(times) * 1e3}
         if debugger:
-            last = os.path.join(tmp, f"step{warmup + steps - 1}", "rank")
+            last = last_rank_dir(tmp)
             with open(os.path.join(last, "dump.json")) as f:
                 result["records_per_step"] = len(json.load(f)["data"])
             result["bytes_per_step"] = sum(os.path.getsize(os.path.join(last, n)) for n in os.listdir(last))
     return result
+
+
+def in_fresh_process(size: str, mode: str, steps: int, args) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", size, mode, "--steps", str(steps),
+           "--warmup", str(args.warmup), "--tool", args.tool]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
@@ -127,21 +152,28 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 small, 6 big)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", default="bench_results.json")
+    parser.add_argument("--one", nargs=2, metavar=("SIZE", "MODE"), help=argparse.SUPPRESS)
+    parser.add_argument("--tool", default="msprobe_lite", choices=["msprobe_lite", "msprobe"],
+                        help="msprobe = the reference tool, for a side-by-side figure")
     args = parser.parse_args(argv)
+    if args.one:
+        size, mode = args.one
+        print(json.dumps(run(size, mode, args.steps, args.warmup, args.tool)))
+        return 0
     rows = []
     for size in args.sizes:
         steps = args.steps or (30 if size == "small" else 6)
-        base = run(size, "off", steps, args.warmup)
+        base = in_fresh_process(size, "off", steps, args)
         rows.append(base)
         for mode in args.modes:
-            row = run(size, mode, steps, args.warmup)
+            row = in_fresh_process(size, mode, steps, args)
             row["slowdown"] = row["median_ms"] / base["median_ms"]
             rows.append(row)
     print(f"{'size':<6} {'mode':<6} {'median ms':>10} {'slowdown':>9} {'records/step':>13} {'KB/step':>9}")
     for r in rows:
         print(f"{r['size']:<6} {r['mode']:<6} {r['median_ms']:>10.2f} {r.get('slowdown', 1.0):>8.2f}x "
               f"{r.get('records_per_step', 0):>13} {r.get('bytes_per_step', 0) / 1024:>9.1f}")
-    meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
+    meta = {"tool": args.tool, "torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
             "machine": platform.machine(), "cpus": os.cpu_count()}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)

@@ -32,8 +32,10 @@ def _cpu_stats(t: torch.Tensor) -> tuple:
     Small tensors: numpy over a zero-copy view (one torch dispatch costs more than a numpy reduction there).
     Large ones: torch's fused kernels, stacked and fetched in one `tolist()`.
     """
-    if t.numel() > _NUMPY_MAX or t.dtype not in _NUMPY_NATIVE:
-        if not t.is_floating_point() or t.numel() > _NUMPY_MAX:
+    if t.numel() > _NUMPY_MAX and t.is_floating_point():
+        return _large_float_stats(t)
+    if t.dtype not in _NUMPY_NATIVE:
+        if not t.is_floating_point():
             value, kind = _stat_tensor(t)
             return _as_stats(value.tolist(), kind)
         t = t.float()  # bf16/fp16/fp8: statistics accumulate in float32
@@ -51,6 +53,18 @@ def _cpu_stats(t: torch.Tensor) -> tuple:
         a = a.astype(np.float64, copy=False)
         return high, low, float(a.mean()), math.sqrt(float(np.dot(a, a)))
     return high, low, float(np.dot(a, _ONES[:a.size])) / a.size, math.sqrt(float(np.dot(a, a)))
+
+
+def _large_float_stats(t: torch.Tensor) -> tuple:
+    """Large CPU floats: three multithreaded passes (aminmax, sum, dot) and one fetch; `vector_norm` would
+    cost as much as the other three together. float32 squares overflow past ~1e19: then float64."""
+    flat = (t.float() if t.dtype in _LOW_PRECISION or t.element_size() < 2 else t).reshape(-1)
+    low, high = torch.aminmax(flat)
+    high, low, total, squares = torch.stack((high, low, flat.sum(), torch.dot(flat, flat))).tolist()
+    if math.isinf(squares) and math.isfinite(high) and math.isfinite(low):
+        wide = flat.double()
+        squares = torch.dot(wide, wide).item()
+    return high, low, total / flat.numel(), math.sqrt(squares) if squares >= 0 else squares
 
 
 def _stat_tensor(t: torch.Tensor):
