@@ -10,12 +10,14 @@ import torch
 
 from helpers import expected_stats
 
+from msprobe_lite.config import load_config
 from msprobe_lite.core.values import ValueEncoder
 from msprobe_lite.pytorch.summary import TorchSummarizer, tensor_stats
 
 
 class _Session:
     pending: list = []
+    config = load_config()
 
 
 def summarize(t):

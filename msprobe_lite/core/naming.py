@@ -46,3 +46,23 @@ def direction_of(name: str) -> str | None:
     if len(parts) >= 2 and parts[-2] == PARAMS_GRAD:
         return PARAMS_GRAD
     return None
+
+
+# where a value sits in a record -> the category in its tensor file name (spec: dump-format.md, section 6)
+_CATEGORY = {"input_args": "input", "input_kwargs": "kwargs", "output": "output", "parameters": "parameters",
+             "input": "input"}
+_UNSAFE = str.maketrans({"/": "_", "\\": "_", "\0": "_"})
+
+
+def data_file_name(record: str, path: tuple, ext: str) -> str:
+    """`{record}.{category}.{index or key}[.{j}...]{ext}` for the tensor at `path` in `record`.
+
+    Parameter gradients have no category: `{Module...}.parameters_grad.{k}.{param}{ext}`. Path separators
+    and NUL from user-chosen names (dict keys, module names) cannot reach the file system.
+    """
+    parts = [record]
+    if path:
+        head = _CATEGORY.get(path[0])
+        parts += [head] if head else [str(path[0])]
+        parts += [str(p) for p in path[1:]]
+    return ".".join(parts).translate(_UNSAFE) + ext

@@ -16,28 +16,50 @@ class TensorSummary:
     device: it is resolved in one batch before writing, so no hook ever waits for the device.
     """
 
-    __slots__ = ("type", "dtype", "shape", "stats", "requires_grad", "md5", "data_name")
+    __slots__ = ("type", "dtype", "shape", "stats", "requires_grad", "md5")
 
-    def __init__(self, type_name, dtype, shape, stats=NO_STATS, requires_grad=None, md5=None, data_name=None):
+    def __init__(self, type_name, dtype, shape, stats=NO_STATS, requires_grad=None, md5=None):
         self.type = type_name
         self.dtype = dtype
         self.shape = shape
         self.stats = stats
         self.requires_grad = requires_grad
         self.md5 = md5
-        self.data_name = data_name
 
-    def to_json(self) -> dict:
+    def to_json(self, data_name: str | None = None) -> dict:
         out = {"type": self.type, "dtype": self.dtype, "shape": self.shape}
         if self.stats is not None:
             out.update(zip(STAT_KEYS, self.stats))
         if self.requires_grad is not None:
             out["requires_grad"] = self.requires_grad
-        if self.data_name is not None:
-            out["data_name"] = self.data_name
+        if data_name is not None:
+            out["data_name"] = data_name
         if self.md5 is not None:
             out["md5"] = self.md5
         return out
+
+    def finite(self) -> bool:
+        """False when the tensor held NaN or an infinity (Max/Min carry them; Norm may overflow alone)."""
+        return all(v is None or isinstance(v, bool) or v - v == 0 for v in self.stats[:2]) \
+            if self.stats is not None else True
+
+
+class SavedTensor:
+    """A summary at one place in one record whose values were also saved to `data_name`.
+
+    The summary itself is shared (one tensor value, summarised once); the file name belongs to the place."""
+
+    __slots__ = ("summary", "data_name")
+
+    def __init__(self, summary: TensorSummary, data_name: str):
+        self.summary = summary
+        self.data_name = data_name
+
+    def to_json(self) -> dict:
+        return self.summary.to_json(self.data_name)
+
+    def finite(self) -> bool:
+        return self.summary.finite()
 
 
 class Pending:
@@ -69,6 +91,18 @@ class Record:
 
 def json_default(obj):
     """`json.dumps(default=...)` hook: summaries know their own JSON form."""
-    if isinstance(obj, TensorSummary):
+    if isinstance(obj, (TensorSummary, SavedTensor)):
         return obj.to_json()
     raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def summaries_in(value):
+    """Every TensorSummary/SavedTensor inside an encoded value."""
+    if isinstance(value, (TensorSummary, SavedTensor)):
+        yield value
+    elif isinstance(value, list):
+        for v in value:
+            yield from summaries_in(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from summaries_in(v)

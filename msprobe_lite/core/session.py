@@ -14,8 +14,8 @@ import threading
 import weakref
 
 from . import writer
-from .filters import RecordFilter
-from .records import Record
+from .filters import RecordFilter, _matches_fragment
+from .records import Record, summaries_in
 from .safety import log, report_failure
 from .stacks import StackCollector
 
@@ -35,7 +35,7 @@ class Session:
         self.framework = framework
         self.module_kind = module_kind
         self.rank_fn = rank_fn
-        self.resolver = resolver          # adapter callback: fills Pending statistics in one batch
+        self.resolver = resolver          # adapter callback: fills pending statistics, queues deferred files
         self.filter = RecordFilter(config.selection.scope, config.selection.list, config.directions,
                                    config.parts)
         self.stacks = StackCollector(framework_packages)
@@ -46,11 +46,16 @@ class Session:
         self.finished = False             # past the last selected step: nothing more, ever
         self._warned_rank = False
         self._lock = threading.Lock()
+        self.files = writer.FileQueue()    # tensor files, written off the training thread
+        self.numbers = config.task != "structure"
+        self.tensor_list = config.statistics.tensor_list if config.task == "statistics" else []
+        self.overflows = 0                 # overflow_check: overflowing calls written so far (all steps)
         self._reset_step()
         _register(self)
 
     # -- per-step state -------------------------------------------------------------------------------------
     def _reset_step(self) -> None:
+        self._overflowing = set()
         self.records = {}
         self.counters = {}
         self.construct = {}
@@ -97,7 +102,7 @@ class Session:
         self.step += 1
         self._reset_step()
         last = self.config.step.last
-        if last is not None and self.step > last:
+        if (last is not None and self.step > last) or self._overflow_limit_reached():
             self.finished = True
 
     # -- used by hooks ---------------------------------------------------------------------------------------
@@ -119,13 +124,52 @@ class Session:
     def set_parent(self, name: str, parent) -> None:
         self.construct[name] = parent
 
+    def saves_tensors(self, name: str) -> bool:
+        """Task tensor saves every dumped tensor; statistics saves those of records named in tensor_list."""
+        if self.config.task == "tensor":
+            return True
+        return bool(self.tensor_list) and any(_matches_fragment(name, f) for f in self.tensor_list)
+
+    def tensor_folder(self) -> str:
+        return os.path.join(self.folder(), "dump_tensor_data")
+
     # -- writing ---------------------------------------------------------------------------------------------
     def folder(self) -> str:
         return writer.step_rank_dir(self.config.dump_path, self.step, self.rank)
 
     def header(self) -> dict:
+        saving = self.config.task == "tensor" or bool(self.tensor_list)
         return {"task": self.config.task, "level": self.config.level, "framework": self.framework,
-                "dump_data_dir": None}
+                "dump_data_dir": self.tensor_folder() if saving else None}
+
+    # -- what a step writes, by task ------------------------------------------------------------------------
+    def _records_to_write(self) -> list:
+        records = list(self.records.values())
+        if not self.numbers:
+            return records                        # structure: names only, every record
+        records = [r for r in records if not r.is_empty()]
+        if self.config.task == "overflow_check":
+            records = [r for r in records if self._overflow_kept(r)]
+        return records
+
+    def _overflow_limit_reached(self) -> bool:
+        limit = self.config.overflow_check.overflow_nums
+        return self.config.task == "overflow_check" and limit != -1 and self.overflows >= limit
+
+    def _overflow_kept(self, record: Record) -> bool:
+        """Calls whose outputs hold NaN/Inf, in execution order, until overflow_nums of them."""
+        if record.name in self._overflowing:
+            return True
+        data = record.data
+        outputs = data["output"] if isinstance(data, dict) and "output" in data else data
+        if all(s.finite() for s in summaries_in(outputs)) or self._overflow_limit_reached():
+            return False
+        self._overflowing.add(record.name)
+        self.overflows += 1
+        frames = self.stacks.frames_of(record.name)
+        where = " at " + frames[0].replace(", \n ", ": ") if frames else ""
+        log.warning("overflow %d: %s produced NaN/Inf%s", self.overflows, record.name, where)
+        return True
 
     def flush(self) -> None:
         """Write the current step if anything changed since the last write."""
@@ -133,14 +177,16 @@ class Session:
             if not self.dirty:
                 return
             try:
-                if self.resolver is not None and self.pending:
-                    self.resolver(self.pending)
-                    self.pending = []
-                records = [r for r in list(self.records.values()) if not r.is_empty()]
-                extra = self.config.extra_info
+                if self.resolver is not None:
+                    self.resolver()
+                records = self._records_to_write()
+                debug = self.config.level == "debug"
+                extra = self.config.extra_info and not debug
                 construct = (self.construct if self.config.level != "L1" else {}) if extra else None
                 writer.write_step(self.folder(), self.header(), records,
-                                  self.stacks.to_json() if extra else None, construct)
+                                  self.stacks.to_json() if extra else None, construct,
+                                  "debug.json" if debug else "dump.json")
+                self.files.wait()
                 self.dirty = False
             except Exception as exc:  # noqa: BLE001 - a failed write must not stop training
                 report_failure(f"writing {self.folder()}", exc)

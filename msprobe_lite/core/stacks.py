@@ -81,6 +81,13 @@ class StackCollector:
                 for c, line in key)
         return list(frames)
 
+    def frames_of(self, name: str) -> list:
+        """The frames filed for `name` (forward records), or []."""
+        for names, frames in self._entries:
+            if name in names:
+                return frames
+        return []
+
     def to_json(self) -> dict:
         return {str(i): [names, frames] for i, (names, frames) in enumerate(self._entries)}
 

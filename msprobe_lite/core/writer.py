@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import tempfile
+import threading
 
 from .records import json_default
 
@@ -23,11 +25,16 @@ def make_dirs(path: str) -> None:
 
 def write_atomic(path: str, text: str) -> None:
     """Write `text` to `path` so that readers see either the old file or the whole new one."""
+    write_atomic_with(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_atomic_with(path: str, fill) -> None:
+    """`fill(binary_file)` writes the content; the file appears at `path` only once it is complete."""
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            fill(f)
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
@@ -71,3 +78,39 @@ def json_lines(mapping: dict) -> str:
     if not mapping:
         return "{}\n"
     return "{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in mapping.items()) + "\n}\n"
+
+
+class FileQueue:
+    """Writes files on one background thread, in submission order, so the training thread only hands over.
+
+    `wait()` returns once everything submitted is on disk; `stop()`/`step()` and process exit call it.
+    A failed write is reported (once per kind) and the rest go on.
+    """
+
+    def __init__(self):
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = None
+        self._start_lock = threading.Lock()
+
+    def submit(self, write, where: str) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="msprobe_lite-writer", daemon=True)
+                self._thread.start()
+        self._queue.put((write, where))
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._queue.join()
+
+    def _run(self) -> None:
+        from .safety import report_failure
+
+        while True:
+            write, where = self._queue.get()
+            try:
+                write()
+            except Exception as exc:  # noqa: BLE001 - a lost file is reported; training goes on
+                report_failure(where, exc, site="tensor file writer")
+            finally:
+                self._queue.task_done()

@@ -24,23 +24,27 @@ def is_tensor(v) -> bool:
 
 
 class Call:
-    """A call in flight: its forward record (None when filtered out) and its backward collector."""
+    """A call in flight: its forward record (None when filtered out) and its backward collector.
 
-    __slots__ = ("name", "record", "backward")
+    `save_as` is the record name when its tensors are also saved to files (task tensor, tensor_list)."""
 
-    def __init__(self, name, record=None, backward=None):
+    __slots__ = ("name", "record", "backward", "save_as")
+
+    def __init__(self, name, record=None, backward=None, save_as=None):
         self.name = name
         self.record = record
         self.backward = backward
+        self.save_as = save_as
 
 
 class BackwardCall:
     """Collects the gradients of one forward call as they arrive; the record appears with the first one."""
 
-    __slots__ = ("name", "session", "summarizer", "record", "n_in", "n_out", "parent")
+    __slots__ = ("name", "session", "summarizer", "record", "n_in", "n_out", "parent", "save_as")
 
     def __init__(self, name, session, summarizer, n_in):
         self.parent = None  # construct.json parent, written only if the record appears
+        self.save_as = name if session.saves_tensors(name) else None
         self.name = name
         self.session = session
         self.summarizer = summarizer
@@ -70,16 +74,16 @@ class BackwardCall:
             return
         if self.record is None:
             data = {}
-            if session.filter.wants_part("input"):
+            if session.numbers and session.filter.wants_part("input"):
                 data["input"] = [None] * self.n_out
-            if session.filter.wants_part("output"):
+            if session.numbers and session.filter.wants_part("output"):
                 data["output"] = [None] * self.n_in
             self.record = session.add(Record(self.name, data))
             if session.config.extra_info:
                 session.set_parent(self.name, self.parent)
         slots = self.record.data.get(key)
         if slots is not None and index < len(slots):
-            slots[index] = self.summarizer.summarize(grad)
+            slots[index] = self.summarizer.summarize(grad, save_as=self.save_as, path=(key, index))
             session.touch()
 
 
@@ -97,10 +101,14 @@ class CallRecorder:
         call = Call(name)
         if flt.wants(name):
             call.record = record = Record(name)
-            if flt.wants_part("input"):
-                record.data["input_args"], record.data["input_kwargs"] = self.summarizer.encode_call(args, kwargs)
+            call.save_as = save_as = name if session.saves_tensors(name) else None
+            if session.numbers and flt.wants_part("input"):
+                record.data["input_args"], record.data["input_kwargs"] = \
+                    self.summarizer.encode_call(args, kwargs, save_as)
                 if params is not None:
-                    record.data["parameters"] = {p: self.summarizer.summarize(t) for p, t in params}
+                    record.data["parameters"] = {p: self.summarizer.summarize(t, save_as=save_as,
+                                                                               path=("parameters", p))
+                                                 for p, t in params}
             if session.config.extra_info:
                 session.set_parent(name, parent)
                 session.stacks.add(name, session.stacks.capture())
@@ -115,10 +123,10 @@ class CallRecorder:
         """`recorded_output` replaces `output` in the record (an in-place `x[i] = y` records x, not None)."""
         session = self.session
         if call.record is not None:
-            if session.filter.wants_part("output"):
+            if session.numbers and session.filter.wants_part("output"):
                 shown = output if recorded_output is None else recorded_output
-                call.record.data["output"] = self.summarizer.encode_output(shown)
-            if not call.record.is_empty():
+                call.record.data["output"] = self.summarizer.encode_output(shown, call.save_as)
+            if not session.numbers or not call.record.is_empty():
                 session.add(call.record)
         if call.backward is not None:
             call.backward.hook(list(tensor_leaves(output, is_tensor)), "input", self.grad_handles)

@@ -13,7 +13,8 @@ from ..core.session import Session
 from .api_capture import ApiCapture
 from .calls import CallRecorder
 from .module_hooks import ModuleHooks
-from .summary import TorchSummarizer, resolve_pending
+from .debug_save import DebugSaver
+from .summary import TorchSummarizer
 
 MODULE_LEVELS = ("L0", "mix")
 API_LEVELS = ("L1", "mix")
@@ -35,13 +36,16 @@ class PrecisionDebugger:
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
         self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
-        self.session = Session(self.config, "pytorch", "Module", ("torch",), current_rank, resolve_pending)
+        self.session = Session(self.config, "pytorch", "Module", ("torch",), current_rank)
         self.summarizer = TorchSummarizer(self.session)
+        self.session.resolver = self.summarizer.resolve
         self.recorder = CallRecorder(self.session, self.summarizer)
         level = self.config.level
         self.modules = ModuleHooks(self.session, self.summarizer, self.recorder) if level in MODULE_LEVELS else None
         self.apis = (ApiCapture(self.session, self.recorder, self.summarizer, self.modules)
                      if level in API_LEVELS else None)
+        self.saver = DebugSaver(self.session, self.summarizer, self.recorder)
+        self._warned_save = False
         log.info("dumping task=%s level=%s to %s", self.config.task, self.config.level, self.config.dump_path)
 
     def start(self, model=None) -> None:
@@ -71,6 +75,23 @@ class PrecisionDebugger:
         self.session.stop()
 
     forward_backward_dump_end = stop
+
+    def save(self, variable, name: str, save_backward: bool = True) -> None:
+        """Level `debug`: dump `variable` (tensors, scalars, nested lists/tuples/dicts) as `{name}.{k}.debug`,
+        and its gradient as `{name}_grad.{k}.debug` when it arrives. Between start() and step()."""
+        if self.config.level != "debug":
+            if not self._warned_save:
+                self._warned_save = True
+                log.warning("save(%r) ignored: save() records only at level 'debug' (this config has level %r)",
+                            name, self.config.level)
+            return
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"save(): name must be a non-empty string, got {name!r}")
+        self._save(variable, name, save_backward)
+
+    @guarded("save()")
+    def _save(self, variable, name, save_backward) -> None:
+        self.saver.save(variable, name, save_backward)
 
     @guarded("step()")
     def step(self) -> None:

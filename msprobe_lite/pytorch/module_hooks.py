@@ -120,6 +120,8 @@ class ModuleHooks:
                 if not session.filter.wants(record_name):
                     return
                 record = session.add(Record(record_name))
-            record.data[pname] = [summarizer.summarize(param.grad)]
+            if session.numbers:
+                save_as = record_name if session.saves_tensors(record_name) else None
+                record.data[pname] = [summarizer.summarize(param.grad, save_as=save_as, path=(pname,))]
             session.touch()
         return on_accumulated

@@ -7,14 +7,33 @@ stay a small device tensor (`Pending`) until the step is written, then all of th
 """
 from __future__ import annotations
 
+import functools
 import math
+import os
 import weakref
 
 import numpy as np
 import torch
+from zlib_ng import zlib_ng
 
-from ..core.records import NO_STATS, Pending, TensorSummary
+from ..core.naming import data_file_name
+from ..core.records import NO_STATS, Pending, SavedTensor, TensorSummary
 from ..core.values import ValueEncoder
+from ..core.writer import make_dirs, write_atomic_with
+
+TENSOR_EXT = ".pt"
+
+
+def crc32_hex(t: torch.Tensor) -> str:
+    """CRC-32 of a CPU tensor's raw bytes in its own dtype (C-contiguous, little-endian), 8 hex digits."""
+    raw = t.detach().resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8).numpy()
+    return f"{zlib_ng.crc32(raw):08x}"
+
+
+def save_tensor(t: torch.Tensor, path: str) -> None:
+    """A CPU tensor to `path`, loadable with torch.load(weights_only=True); appears only when complete."""
+    make_dirs(os.path.dirname(path))
+    write_atomic_with(path, lambda f: torch.save(t, f))
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 _NUMPY_NATIVE = {torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
@@ -145,13 +164,32 @@ class TorchSummarizer:
 
     def __init__(self, session):
         self.session = session
+        config = session.config
+        self.md5 = config.task == "statistics" and config.statistics.summary_mode == "md5"
+        self.defer = config.async_dump   # device values and files wait for the end of the step
         self._cache: dict = {}
+        self._snapshots: dict = {}       # id -> (weakref, version, copy): a value saved twice is copied once
+        self._pending_crc: list = []     # (device copy, summary), async_dump on an accelerator
+        self._deferred_files: list = []  # (copy, path), async_dump
         self.encoder = ValueEncoder(
             lambda v: isinstance(v, torch.Tensor),
             {torch.Size: _encode_size, torch.dtype: _encode_dtype, torch.device: _encode_device}, torch.Tensor)
 
+    def resolve(self) -> None:
+        """Before the step is written: fetch pending device statistics and CRCs, queue deferred files."""
+        if self.session.pending:
+            resolve_pending(self.session.pending)
+            self.session.pending = []
+        for copy, summary in self._pending_crc:
+            summary.md5 = crc32_hex(copy.cpu())
+        self._pending_crc = []
+        for copy, path in self._deferred_files:
+            self.session.files.submit(functools.partial(save_tensor, copy.cpu(), path), path)
+        self._deferred_files = []
+
     def reset(self) -> None:
         self._cache.clear()
+        self._snapshots.clear()
 
     def forget(self, tensors) -> None:
         """Drop cached summaries of tensors changed without a version bump (collectives write in place)."""
@@ -160,26 +198,57 @@ class TorchSummarizer:
 
     # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
     # recorded by the API capture nor pay its per-call overhead.
-    def encode(self, value, path: tuple = ()):
+    # `save_as` (a record name) also saves each tensor to a file named after its place in that record.
+    def encode(self, value, path: tuple = (), save_as: str | None = None):
         with torch._C.DisableTorchFunction():
-            return self.encoder.encode(value, self._tensor_leaf, path)
+            return self.encoder.encode(value, self._leaf(save_as), path)
 
-    def encode_call(self, args, kwargs) -> tuple:
+    def encode_call(self, args, kwargs, save_as: str | None = None) -> tuple:
         """(input_args, input_kwargs) of a call, encoded in one pass."""
+        leaf = self._leaf(save_as)
         with torch._C.DisableTorchFunction():
-            return (self.encoder.encode(args, self._tensor_leaf, ("input_args",)),
-                    self.encoder.encode(kwargs, self._tensor_leaf, ("input_kwargs",)))
+            return (self.encoder.encode(args, leaf, ("input_args",)),
+                    self.encoder.encode(kwargs, leaf, ("input_kwargs",)))
 
-    def encode_output(self, output) -> list:
+    def encode_output(self, output, save_as: str | None = None) -> list:
         """`output` is always a list: a tuple/list result is encoded item by item, anything else is wrapped."""
         if isinstance(output, (list, tuple)) and not hasattr(output, "_fields"):
-            return self.encode(output, ("output",))
-        return [self.encode(output, ("output", 0))]
+            return self.encode(output, ("output",), save_as)
+        return [self.encode(output, ("output", 0), save_as)]
 
-    def summarize(self, t: torch.Tensor, fresh: bool = False) -> TensorSummary:
+    def summarize(self, t: torch.Tensor, fresh: bool = False, save_as: str | None = None, path: tuple = ()):
         """Summary of `t` now; `fresh` skips the cache (for buffers changed behind autograd's back)."""
         with torch._C.DisableTorchFunction():
-            return self._cached(t, fresh)
+            summary = self._cached(t, fresh)
+            return self._saved(t, summary, save_as, path) if save_as is not None else summary
+
+    def _leaf(self, save_as):
+        if save_as is None:
+            return self._tensor_leaf
+        return lambda t, path: self._saved(t, self._cached(t), save_as, path)
+
+    def _saved(self, t, summary, record: str, path: tuple) -> SavedTensor:
+        name = data_file_name(record, path, TENSOR_EXT)
+        copy = self._snapshot(t)
+        target = os.path.join(self.session.tensor_folder(), name)
+        if self.defer:
+            self._deferred_files.append((copy, target))
+        else:
+            self.session.files.submit(functools.partial(save_tensor, copy.cpu(), target), target)
+        return SavedTensor(summary, name)
+
+    def _snapshot(self, t: torch.Tensor) -> torch.Tensor:
+        """A copy of the value now (a later in-place op must not change the file), made once per value."""
+        key, version = id(t), t._version
+        cached = self._snapshots.get(key)
+        if cached is not None and cached[0]() is t and cached[1] == version:
+            return cached[2]
+        copy = t.detach().clone()
+        try:
+            self._snapshots[key] = (weakref.ref(t), version, copy)
+        except TypeError:
+            pass
+        return copy
 
     def _tensor_leaf(self, t, path):
         return self._cached(t)
@@ -199,9 +268,20 @@ class TorchSummarizer:
 
     def _summarize(self, t: torch.Tensor) -> TensorSummary:
         summary = TensorSummary("torch.Tensor", str(t.dtype), list(t.shape), NO_STATS, t.requires_grad)
-        if t.numel() == 0 or t.is_meta:
+        if t.is_meta:
+            return summary
+        if t.numel() == 0:
+            if self.md5:
+                summary.md5 = "00000000"
             return summary
         t = t.detach()
+        if self.md5:
+            if t.device.type == "cpu":
+                summary.md5 = crc32_hex(t)
+            elif self.defer:
+                self._pending_crc.append((t.clone(), summary))
+            else:
+                summary.md5 = crc32_hex(t.cpu())
         if t.device.type == "cpu":
             summary.stats = _cpu_stats(t)
         else:
