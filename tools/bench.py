@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIZES = {"small": dict(d=64, layers=2, seq=16, batch=4), "big": dict(d=256, layers=4, seq=128, batch=8)}
 # mode -> (task, level, summary_mode); None = no debugger
 MODES = {"off": None, "L0": ("statistics", "L0", "statistics"), "L1": ("statistics", "L1", "statistics"),
-         "mix": ("statistics", "mix", "statistics")}
+         "mix": ("statistics", "mix", "statistics"), "md5": ("statistics", "L1", "md5"),
+         "tensor": ("tensor", "L1", "statistics")}
 VOCAB = 512
 
 
@@ -133,7 +134,8 @@ def run(size: str, mode: str, steps: int, warmup: int, tool: str = "msprobe_lite
             last = last_rank_dir(tmp)
             with open(os.path.join(last, "dump.json")) as f:
                 result["records_per_step"] = len(json.load(f)["data"])
-            result["bytes_per_step"] = sum(os.path.getsize(os.path.join(last, n)) for n in os.listdir(last))
+            result["bytes_per_step"] = sum(os.path.getsize(os.path.join(root, n))
+                                           for root, _, names in os.walk(last) for n in names)
     return result
 
 

@@ -1,6 +1,6 @@
-"""Demo: train a small transformer for a few steps with msprobe_lite on, then show the dump.
+"""Demo: train a small transformer with msprobe_lite on, twice: fp32 (golden) and bf16 autocast (target).
 
-Run it with `./tools/demo.sh` (that also builds the environment). Output goes to ./demo_output/.
+Run it with `./tools/demo.sh` (that also builds the environment). Output goes to ./demo_output/{fp32,bf16}.
 """
 from __future__ import annotations
 
@@ -44,17 +44,20 @@ class TinyLM(nn.Module):
         return self.head(self.blocks(self.embed(tokens)))
 
 
-def train(dump_path: str, steps: int = 3) -> list:
+def train(dump_path: str, precision: str, steps: int = 3) -> list:
+    """Same seed, same data, same model; only the compute precision differs."""
     seed_all(1234)
     model = TinyLM()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    debugger = PrecisionDebugger(task="statistics", dump_path=dump_path, level="L0")
+    debugger = PrecisionDebugger(task="statistics", dump_path=dump_path, level="mix")
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
     losses = []
     for _ in range(steps):
         tokens = torch.randint(0, 64, (4, 16))
         debugger.start(model=model)
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, 64), tokens[:, 1:].reshape(-1))
+        with autocast:
+            logits = model(tokens[:, :-1])
+            loss = F.cross_entropy(logits.float().reshape(-1, 64), tokens[:, 1:].reshape(-1))
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -64,30 +67,34 @@ def train(dump_path: str, steps: int = 3) -> list:
     return losses
 
 
-def show(dump_path: str) -> None:
-    folder = os.path.join(dump_path, "step0", "rank")
+def show(dump_path: str) -> dict:
     print(f"\nDump tree under {dump_path}:")
     for step in sorted(os.listdir(dump_path)):
         for rank in sorted(os.listdir(os.path.join(dump_path, step))):
             files = sorted(os.listdir(os.path.join(dump_path, step, rank)))
             print(f"  {step}/{rank}/  {', '.join(files)}")
-    with open(os.path.join(folder, "dump.json")) as f:
+    with open(os.path.join(dump_path, "step0", "rank", "dump.json")) as f:
         data = json.load(f)["data"]
-    print(f"\nstep0 holds {len(data)} records; the first ones:")
-    for name in list(data)[:6]:
+    print(f"step0 holds {len(data)} records (modules and APIs, forward and backward); the first ones:")
+    for name in list(data)[:5]:
         print(f"  {name}")
-    name = "Module.blocks.0.mlp.0.Linear.forward.0"
-    out = data[name]["output"][0]
-    print(f"\n{name} output: dtype {out['dtype']}, shape {out['shape']}, "
-          f"Max {out['Max']:.4f}, Min {out['Min']:.4f}, Mean {out['Mean']:.4f}, Norm {out['Norm']:.4f}")
+    return data
 
 
 def main() -> None:
     shutil.rmtree(OUT, ignore_errors=True)
-    dump_path = os.path.join(OUT, "fp32")
-    losses = train(dump_path)
-    print("losses:", ", ".join(f"{l:.4f}" for l in losses))
-    show(dump_path)
+    dumps = {}
+    for precision in ("fp32", "bf16"):
+        path = os.path.join(OUT, precision)
+        losses = train(path, precision)
+        print(f"\n[{precision}] losses: " + ", ".join(f"{l:.4f}" for l in losses))
+        dumps[precision] = show(path)
+    name = "Module.blocks.0.mlp.0.Linear.forward.0"
+    print(f"\nThe same call in both runs ({name}, output):")
+    for precision, data in dumps.items():
+        out = data[name]["output"][0]
+        print(f"  {precision}: dtype {out['dtype']:<15} Max {out['Max']:+.5f}  Min {out['Min']:+.5f}  "
+              f"Mean {out['Mean']:+.6f}  Norm {out['Norm']:.5f}")
 
 
 if __name__ == "__main__":

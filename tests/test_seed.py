@@ -1,0 +1,90 @@
+"""seed_all: seeded runs dump identical numbers; rm_dropout removes dropout; invalid arguments raise."""
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from models import TinyTransformer
+
+from msprobe_lite.pytorch import PrecisionDebugger, seed_all
+
+
+@pytest.fixture(autouse=True)
+def restore_torch():
+    """seed_all changes process-wide state; put it back for the other tests."""
+    saved = {n: getattr(F, n) for n in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                                        "feature_alpha_dropout", "scaled_dot_product_attention")}
+    dropout, deterministic = torch.dropout, torch.are_deterministic_algorithms_enabled()
+    yield
+    for name, fn in saved.items():
+        setattr(F, name, fn)
+    torch.dropout = dropout
+    torch.use_deterministic_algorithms(deterministic)
+
+
+def seeded_dump(tmp_path, name):
+    seed_all(1234)
+    model = TinyTransformer()           # has nn.Dropout in attention, active in train mode
+    tokens = torch.randint(0, 32, (2, 6))
+    d = PrecisionDebugger(dump_path=str(tmp_path / name), task="statistics", level="mix")
+    for _ in range(2):
+        d.start(model=model)
+        logits, _ = model(tokens)
+        logits.sum().backward()
+        d.stop()
+        d.step()
+    return [(tmp_path / name / f"step{s}" / "rank" / "dump.json").read_bytes() for s in (0, 1)]
+
+
+def test_two_seeded_runs_give_bitwise_identical_dumps(tmp_path):
+    first, second = seeded_dump(tmp_path, "a"), seeded_dump(tmp_path, "b")
+    assert first == second
+    assert b"Functional.dropout" in first[0]
+
+
+def test_seed_all_seeds_every_generator():
+    seed_all(7)
+    a = (random.random(), np.random.rand(), torch.rand(1).item(), os.environ["PYTHONHASHSEED"])
+    seed_all(7)
+    assert (random.random(), np.random.rand(), torch.rand(1).item(), os.environ["PYTHONHASHSEED"]) == a
+    assert a[3] == "7"
+
+
+def test_rm_dropout_makes_training_mode_deterministic_even_for_existing_modules():
+    drop = nn.Dropout(0.5)              # created before seed_all
+    drop.train()
+    x = torch.ones(1000)
+    assert not torch.equal(drop(x), x)
+    seed_all(1, rm_dropout=True)
+    assert torch.equal(drop(x), x)
+    assert torch.equal(F.dropout(x, 0.9, training=True), x)
+    assert torch.equal(nn.functional.dropout2d(torch.ones(2, 3, 4, 4), 0.5, True), torch.ones(2, 3, 4, 4))
+    q = torch.randn(1, 2, 4, 8)
+    a = F.scaled_dot_product_attention(q, q, q, dropout_p=0.9)
+    assert torch.equal(a, F.scaled_dot_product_attention(q, q, q, dropout_p=0.9))
+    m = TinyTransformer()
+    m.train()
+    tokens = torch.randint(0, 32, (2, 6))
+    assert torch.equal(m(tokens)[0], m(tokens)[0])
+
+
+def test_mode_true_turns_on_deterministic_algorithms_and_false_leaves_them():
+    torch.use_deterministic_algorithms(False)
+    seed_all(1, mode=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    seed_all(1, mode=True)
+    assert torch.are_deterministic_algorithms_enabled()
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
+@pytest.mark.parametrize("kwargs", [{"seed": -1}, {"seed": 2 ** 32}, {"seed": 1.5}, {"seed": True},
+                                    {"mode": 1}, {"rm_dropout": "yes"}])
+def test_invalid_arguments_raise(kwargs):
+    with pytest.raises(ValueError, match="seed_all"):
+        seed_all(**kwargs)

@@ -1,0 +1,226 @@
+"""Every task and summary mode: md5, tensor (+ tensor_list), async_dump, debug save(), structure, overflow_check."""
+from __future__ import annotations
+
+import json
+import os
+import zlib
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from helpers import assert_stats, data, load
+from models import make, train
+
+from msprobe_lite.pytorch import PrecisionDebugger
+from msprobe_lite.pytorch.summary import crc32_hex
+
+
+def debugger(tmp_path, **cfg):
+    body = {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": "L1"}
+    body.update(cfg)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps(body))
+    return PrecisionDebugger(str(tmp_path / "config.json"))
+
+
+def once(d, fn, model=None):
+    d.start(model=model)
+    fn()
+    d.stop()
+    d.step()
+
+
+def rank_dir(tmp_path, step=0):
+    return tmp_path / "dump" / f"step{step}" / "rank"
+
+
+# -- md5 -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+                                   torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64])
+def test_crc_equals_zlib_of_the_raw_bytes(dtype):
+    g = torch.Generator().manual_seed(1)
+    t = (torch.randn(4, 5, generator=g) * 50).to(dtype)
+    expected = zlib.crc32(t.contiguous().numpy().tobytes() if dtype != torch.bfloat16
+                          else t.view(torch.int16).numpy().tobytes())
+    assert crc32_hex(t) == f"{expected:08x}"
+    nc = t.t()  # non-contiguous: hashed as its C-contiguous copy
+    assert crc32_hex(nc) == f"{zlib.crc32(nc.contiguous().view(torch.uint8).numpy().tobytes()):08x}"
+
+
+def test_md5_mode_hashes_the_value_at_that_moment(tmp_path):
+    x = torch.randn(3, 4)
+    d = debugger(tmp_path, statistics={"summary_mode": "md5"})
+
+    def program():
+        y = torch.exp(x)
+        want = f"{zlib.crc32(y.numpy().tobytes()):08x}"
+        y.mul_(0)            # an in-place change right after the call must not change the hash
+        program.want = want
+
+    once(d, program)
+    out = data(tmp_path / "dump")["Torch.exp.0.forward"]["output"][0]
+    assert out["md5"] == program.want and len(out["md5"]) == 8
+    assert list(out)[-1] == "md5" and "Max" in out
+
+
+# -- tensor ----------------------------------------------------------------------------------------------
+def test_tensor_task_saves_every_tensor_equal_to_the_live_value(tmp_path):
+    x = torch.randn(3, 4)
+    w = torch.randn(2, 4, dtype=torch.bfloat16)
+    live = {}
+
+    def program():
+        y = F.linear(x, w.float())
+        live["y"] = y.clone()
+        y.add_(100)          # after the call: the saved file must hold the value at the call
+        live["z"] = torch.tanh(w)
+
+    d = debugger(tmp_path, task="tensor")
+    once(d, program)
+    folder = rank_dir(tmp_path)
+    dump = load(tmp_path / "dump")
+    assert dump["dump_data_dir"] == str(folder / "dump_tensor_data")
+    lin = dump["data"]["Functional.linear.0.forward"]
+    assert lin["input_args"][0]["data_name"] == "Functional.linear.0.forward.input.0.pt"
+    assert lin["output"][0]["data_name"] == "Functional.linear.0.forward.output.0.pt"
+    files = folder / "dump_tensor_data"
+    saved_y = torch.load(files / lin["output"][0]["data_name"], weights_only=True)
+    assert torch.equal(saved_y, live["y"])
+    assert torch.equal(torch.load(files / lin["input_args"][0]["data_name"], weights_only=True), x)
+    tanh = dump["data"]["Torch.tanh.0.forward"]
+    saved_w = torch.load(files / tanh["input_args"][0]["data_name"], weights_only=True)
+    assert saved_w.dtype == torch.bfloat16 and torch.equal(saved_w, w)
+    assert all(os.stat(files / f).st_mode & 0o777 == 0o640 for f in os.listdir(files))
+
+
+def test_tensor_task_module_level_names(tmp_path):
+    model, x, y = make("mlp")
+    d = debugger(tmp_path, task="tensor", level="L0")
+    once(d, lambda: F.cross_entropy(model(x), y).backward(), model)
+    names = set(os.listdir(rank_dir(tmp_path) / "dump_tensor_data"))
+    for expected in ["Module.fc1.Linear.forward.0.input.0.pt", "Module.fc1.Linear.forward.0.parameters.weight.pt",
+                     "Module.fc1.Linear.forward.0.output.0.pt", "Module.fc2.Linear.backward.0.input.0.pt",
+                     "Module.fc2.Linear.backward.0.output.0.pt", "Module.fc1.Linear.parameters_grad.0.weight.pt"]:
+        assert expected in names, expected
+    grad = torch.load(rank_dir(tmp_path) / "dump_tensor_data" / "Module.fc1.Linear.parameters_grad.0.weight.pt",
+                      weights_only=True)
+    assert torch.equal(grad, model.fc1.weight.grad)
+
+
+def test_statistics_tensor_list_saves_only_named_records(tmp_path):
+    x = torch.randn(5)
+    d = debugger(tmp_path, statistics={"tensor_list": ["Torch.exp"]})
+    once(d, lambda: torch.sin(torch.exp(x)))
+    dump = data(tmp_path / "dump")
+    assert "data_name" in dump["Torch.exp.0.forward"]["output"][0]
+    assert "data_name" not in dump["Torch.sin.0.forward"]["output"][0]
+    assert sorted(os.listdir(rank_dir(tmp_path) / "dump_tensor_data")) == [
+        "Torch.exp.0.forward.input.0.pt", "Torch.exp.0.forward.output.0.pt"]
+
+
+def test_async_dump_files_identical_to_sync(tmp_path):
+    def run(sub, **cfg):
+        d = debugger(tmp_path / sub, task="tensor", level="mix", tensor={"list": ["Linear", "linear"]}, **cfg)
+        train("mlp_inplace", steps=2, debugger=d)
+        return tmp_path / sub / "dump"
+
+    sync, asynchronous = run("sync"), run("async", async_dump=True)
+    for step in ("step0", "step1"):
+        a, b = sync / step / "rank", asynchronous / step / "rank"
+        da, db = json.loads((a / "dump.json").read_text()), json.loads((b / "dump.json").read_text())
+        assert da["data"] == db["data"] and da["data"]
+        files = sorted(os.listdir(a / "dump_tensor_data"))
+        assert files == sorted(os.listdir(b / "dump_tensor_data")) and files
+        for f in files:
+            assert torch.equal(torch.load(a / "dump_tensor_data" / f, weights_only=True),
+                               torch.load(b / "dump_tensor_data" / f, weights_only=True)), f
+
+
+# -- debug / save() -------------------------------------------------------------------------------------
+def test_save_at_debug_level_with_gradients(tmp_path):
+    x = torch.randn(3, requires_grad=True)
+    d = debugger(tmp_path, level="debug")
+    kept = {}
+
+    def program():
+        h = x * 2
+        h.retain_grad()
+        kept["h"] = h
+        d.save(h, "h")
+        d.save({"pair": [h, 3], "s": "text"}, "nested")
+        (h ** 2).sum().backward()
+
+    once(d, program)
+    folder = rank_dir(tmp_path)
+    assert sorted(os.listdir(folder)) == ["debug.json"]
+    dump = load(tmp_path / "dump", name="debug.json")["data"]
+    assert set(dump) == {"h.0.debug", "nested.0.debug", "h_grad.0.debug", "nested_grad.0.debug"}
+    assert list(dump)[:2] == ["h.0.debug", "nested.0.debug"]
+    assert_stats(dump["h.0.debug"], kept["h"])
+    assert dump["nested.0.debug"]["pair"][1] == {"type": "int", "value": 3}
+    assert dump["nested.0.debug"]["s"] == {"type": "str", "value": "text"}
+    assert_stats(dump["h_grad.0.debug"], kept["h"].grad)
+    assert_stats(dump["nested_grad.0.debug"]["pair"][0], kept["h"].grad)
+    assert dump["nested_grad.0.debug"]["pair"][1] is None
+
+
+def test_save_in_tensor_task_writes_files(tmp_path):
+    d = debugger(tmp_path, level="debug", task="tensor", tensor={"list": ["v"]}, async_dump=False)
+    v = torch.arange(4.0)
+    once(d, lambda: d.save([v, v * 2], "v"))
+    files = sorted(os.listdir(rank_dir(tmp_path) / "dump_tensor_data"))
+    assert files == ["v.0.debug.0.pt", "v.0.debug.1.pt"]
+
+
+def test_save_at_other_levels_warns(tmp_path, capsys):
+    d = debugger(tmp_path, level="L1")
+    once(d, lambda: d.save(torch.ones(1), "x"))
+    assert "save() records only at level 'debug'" in capsys.readouterr().err
+
+
+# -- structure ------------------------------------------------------------------------------------------
+def test_structure_task_names_stacks_hierarchy_no_numbers(tmp_path):
+    model, x, y = make("mlp")
+    d = debugger(tmp_path, task="structure", level="mix")
+    once(d, lambda: F.cross_entropy(model(x), y).backward(), model)
+    dump = data(tmp_path / "dump")
+    assert "Module.fc1.Linear.forward.0" in dump and "Functional.linear.0.backward" in dump
+    assert all(v == {} for v in dump.values())
+    assert load(tmp_path / "dump", name="construct.json")["Functional.linear.0.forward"] == \
+        "Module.fc1.Linear.forward.0"
+    assert load(tmp_path / "dump", name="stack.json")
+
+
+# -- overflow_check --------------------------------------------------------------------------------------
+class Overflowing(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        r = torch.sqrt(h - 10.0)          # the known call: sqrt of negatives gives NaN
+        return (h + r).sum()
+
+
+@pytest.mark.parametrize("limit,expected", [(1, 1), (-1, None)])
+def test_overflow_check_writes_only_overflowing_calls(tmp_path, capsys, limit, expected):
+    torch.manual_seed(0)
+    model = Overflowing()
+    x = torch.randn(2, 4)
+    d = debugger(tmp_path, task="overflow_check", overflow_check={"overflow_nums": limit})
+    for _ in range(2):
+        once(d, lambda: model(x).backward(), model)
+    dump = data(tmp_path / "dump")
+    names = list(dump)
+    assert names[0] == "Torch.sqrt.0.forward"
+    assert dump["Torch.sqrt.0.forward"]["input_args"][0]["Max"] < 0        # its inputs are written too
+    if expected == 1:
+        assert names == ["Torch.sqrt.0.forward"]
+        assert not (tmp_path / "dump" / "step1").exists()                 # limit reached: stopped
+    else:
+        assert len(names) > 1 and (tmp_path / "dump" / "step1").exists()
+    err = capsys.readouterr().err
+    assert "overflow 1: Torch.sqrt.0.forward produced NaN/Inf at File" in err and "torch.sqrt(h - 10.0)" in err
