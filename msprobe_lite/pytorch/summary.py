@@ -8,6 +8,7 @@ stay a small device tensor (`Pending`) until the step is written, then all of th
 from __future__ import annotations
 
 import functools
+import io
 import math
 import os
 import weakref
@@ -19,7 +20,7 @@ from zlib_ng import zlib_ng
 from ..core.naming import data_file_name
 from ..core.records import NO_STATS, Pending, SavedTensor, TensorSummary
 from ..core.values import ValueEncoder
-from ..core.writer import make_dirs, write_atomic_with
+from ..core.writer import link_or_copy, make_dirs, write_bytes_atomic
 
 TENSOR_EXT = ".pt"
 
@@ -31,9 +32,12 @@ def crc32_hex(t: torch.Tensor) -> str:
 
 
 def save_tensor(t: torch.Tensor, path: str) -> None:
-    """A CPU tensor to `path`, loadable with torch.load(weights_only=True); appears only when complete."""
-    make_dirs(os.path.dirname(path))
-    write_atomic_with(path, lambda f: torch.save(t, f))
+    """A CPU tensor to `path`, loadable with torch.load(weights_only=True); appears only when complete.
+
+    Serialised in memory first: torch.save straight to a file makes many small writes."""
+    buffer = io.BytesIO()
+    torch.save(t, buffer)
+    write_bytes_atomic(path, buffer.getbuffer())
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 _NUMPY_NATIVE = {torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
@@ -168,9 +172,10 @@ class TorchSummarizer:
         self.md5 = config.task == "statistics" and config.statistics.summary_mode == "md5"
         self.defer = config.async_dump   # device values and files wait for the end of the step
         self._cache: dict = {}
-        self._snapshots: dict = {}       # id -> (weakref, version, copy): a value saved twice is copied once
+        self._snapshots: dict = {}       # id -> (weakref, version, first file): a value is saved once a step
+        self._folders: set = set()       # tensor folders already created
         self._pending_crc: list = []     # (device copy, summary), async_dump on an accelerator
-        self._deferred_files: list = []  # (copy, path), async_dump
+        self._deferred_files: list = []  # (write, path), async_dump: queued when the step is written
         self.encoder = ValueEncoder(
             lambda v: isinstance(v, torch.Tensor),
             {torch.Size: _encode_size, torch.dtype: _encode_dtype, torch.device: _encode_device}, torch.Tensor)
@@ -183,8 +188,8 @@ class TorchSummarizer:
         for copy, summary in self._pending_crc:
             summary.md5 = crc32_hex(copy.cpu())
         self._pending_crc = []
-        for copy, path in self._deferred_files:
-            self.session.files.submit(functools.partial(save_tensor, copy.cpu(), path), path)
+        for write, path in self._deferred_files:
+            self.session.files.submit(write, path)
         self._deferred_files = []
 
     def reset(self) -> None:
@@ -228,27 +233,34 @@ class TorchSummarizer:
         return lambda t, path: self._saved(t, self._cached(t), save_as, path)
 
     def _saved(self, t, summary, record: str, path: tuple) -> SavedTensor:
+        """Save the value of `t` now as `{record}.{category}.{index}.pt`. A value already saved this step
+        (the output of one call is the input of the next) is not copied or serialised again: its file gets
+        a second name (a hard link)."""
         name = data_file_name(record, path, TENSOR_EXT)
-        copy = self._snapshot(t)
-        target = os.path.join(self.session.tensor_folder(), name)
-        if self.defer:
-            self._deferred_files.append((copy, target))
-        else:
-            self.session.files.submit(functools.partial(save_tensor, copy.cpu(), target), target)
-        return SavedTensor(summary, name)
-
-    def _snapshot(self, t: torch.Tensor) -> torch.Tensor:
-        """A copy of the value now (a later in-place op must not change the file), made once per value."""
+        folder = self.session.tensor_folder()
+        target = os.path.join(folder, name)
+        if folder not in self._folders:
+            make_dirs(folder)
+            self._folders.add(folder)
         key, version = id(t), t._version
         cached = self._snapshots.get(key)
         if cached is not None and cached[0]() is t and cached[1] == version:
-            return cached[2]
-        copy = t.detach().clone()
-        try:
-            self._snapshots[key] = (weakref.ref(t), version, copy)
-        except TypeError:
-            pass
-        return copy
+            write = functools.partial(link_or_copy, cached[2], target)
+        else:
+            copy = t.detach().clone()
+            try:
+                self._snapshots[key] = (weakref.ref(t), version, target)
+            except TypeError:
+                pass
+            if self.defer:  # keep the (device) copy until the step ends; no transfer now
+                self._deferred_files.append((lambda c=copy, p=target: save_tensor(c.cpu(), p), target))
+                return SavedTensor(summary, name)
+            write = functools.partial(save_tensor, copy.cpu(), target)
+        if self.defer:
+            self._deferred_files.append((write, target))
+        else:
+            self.session.files.submit(write, target)
+        return SavedTensor(summary, name)
 
     def _tensor_leaf(self, t, path):
         return self._cached(t)
