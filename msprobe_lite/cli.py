@@ -38,7 +38,52 @@ def _add_config(subparsers: argparse._SubParsersAction) -> None:
     actions.add_parser("schema", help="print the JSON Schema of config.json").set_defaults(run=_config_schema)
 
 
-SUBCOMMANDS: List[Callable[[argparse._SubParsersAction], None]] = [_add_config]
+def _compare(args: argparse.Namespace) -> int:
+    from .compare import CompareError, compare
+
+    try:
+        summary = compare(args.target_path, args.golden_path, args.output_path, xlsx=args.xlsx,
+                          html=not args.no_html, mapping=args.mapping)
+    except CompareError as error:
+        print(f"msprobe-lite compare: {error}", file=sys.stderr)
+        return 2
+    print(f"results: {', '.join(summary.files)}")
+    return 0
+
+
+def _add_compare(subparsers: argparse._SubParsersAction) -> None:
+    cmd = subparsers.add_parser("compare", help="compare a target dump with a golden dump")
+    cmd.add_argument("-tp", "--target_path", required=True,
+                     help="target dump: dump.json, rank folder, step folder or dump root")
+    cmd.add_argument("-gp", "--golden_path", required=True, help="golden dump, same kinds as -tp")
+    cmd.add_argument("-o", "--output_path", default="compare_output", help="output folder (default %(default)s)")
+    cmd.add_argument("--xlsx", action="store_true", help="also write .xlsx with error/warning rows highlighted")
+    cmd.add_argument("--html", action="store_true", help="write report.html (the default)")
+    cmd.add_argument("--no-html", action="store_true", help="skip report.html")
+    cmd.add_argument("-dm", "--mapping", help="YAML mapping of target name fragments to golden name fragments")
+    cmd.set_defaults(run=_compare)
+
+
+def _overflow_check(args: argparse.Namespace) -> int:
+    from .compare.overflow import analyse
+    from .compare.read import DumpError
+
+    try:
+        analyse(args.input_path, args.output_path)
+    except DumpError as error:
+        print(f"msprobe-lite overflow_check: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _add_overflow_check(subparsers: argparse._SubParsersAction) -> None:
+    cmd = subparsers.add_parser("overflow_check", help="first call turning finite inputs into NaN/Inf, per rank")
+    cmd.add_argument("-i", "--input_path", required=True, help="a step folder (or rank folder, dump root)")
+    cmd.add_argument("-o", "--output_path", default=".", help="where overflow_summary.json goes")
+    cmd.set_defaults(run=_overflow_check)
+
+
+SUBCOMMANDS: List[Callable[[argparse._SubParsersAction], None]] = [_add_config, _add_compare, _add_overflow_check]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -52,6 +52,9 @@ class Attention(nn.Module):
         self.v = nn.Linear(d, d)
         self.out = nn.Linear(d, d)
         self.drop = nn.Dropout(0.1)
+        self.scale = None            # fault injection: a different attention scale
+        self.half_scores = False     # fault injection: scores computed in float16 (overflows to inf)
+        self.boost = 1.0
 
     def forward(self, x, mask=None):
         b, s, d = x.shape
@@ -61,7 +64,11 @@ class Attention(nn.Module):
             return t.view(b, s, h, d // h).transpose(1, 2)
 
         q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
-        scores = q @ k.transpose(-2, -1) / (d // h) ** 0.5
+        q = q * self.boost
+        if self.half_scores:
+            q, k = q.half(), k.half()
+        scores = torch.matmul(q, k.transpose(-2, -1))
+        scores = (scores.float() if self.half_scores else scores) * (self.scale or (d // h) ** -0.5)
         if mask is not None:
             scores = scores.masked_fill(mask, float("-inf"))
         weights = self.drop(F.softmax(scores, dim=-1))
@@ -94,9 +101,12 @@ class TinyTransformer(nn.Module):
         self.scale = Scale()
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab)
+        self.extra_call = False      # fault injection: one more API call, shifting later call numbers
 
     def forward(self, tokens):
         s = tokens.shape[1]
+        if self.extra_call:
+            torch.matmul(self.pos, self.pos.t())
         mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
         x = self.embed(tokens) + self.pos[:s]
         for block in self.blocks:

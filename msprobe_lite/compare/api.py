@@ -1,0 +1,235 @@
+"""compare(): the whole pipeline for every step/rank pair, and its summary."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+from . import report
+from .judge import ERROR, PASS, UNMATCHED, WARNING, Judge, record_eps
+from .pair import pair_records, split_name
+from .read import DumpError, load_dump, pair_inputs
+
+
+class CompareError(ValueError):
+    """Bad input to compare: a missing or unreadable dump, a bad mapping file, a missing tensor file."""
+
+
+@dataclass
+class Summary:
+    mode: str
+    pairs: list = field(default_factory=list)
+    files: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"mode": self.mode, "pairs": self.pairs}
+
+
+def _mode(target, golden) -> str:
+    if target.task == "tensor" and golden.task == "tensor":
+        return "tensor"
+
+    def has_md5(dump):
+        for record in list(dump.records.values())[:50]:
+            if '"md5"' in json.dumps(record):
+                return True
+        return False
+    return "md5" if has_md5(target) and has_md5(golden) else "statistics"
+
+
+def _load_mapping(path):
+    if path is None:
+        return lambda n: n
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            mapping = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise CompareError(f"{path}: cannot read the mapping: {exc}") from None
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in mapping.items()):
+        raise CompareError(f"{path}: expected a mapping of target name fragments to golden name fragments, "
+                           f"e.g. {{'Module.encoder_new': 'Module.encoder'}}")
+    items = sorted(mapping.items(), key=lambda kv: -len(kv[0]))
+
+    def rename(name):
+        for old, new in items:
+            if old in name:
+                name = name.replace(old, new)
+        return name
+    return rename
+
+
+def tensor_loader():
+    cache: dict = {}
+
+    def load(dump, data_name):
+        path = os.path.join(dump.data_dir or "", data_name)
+        if path in cache:
+            return cache[path]
+        if not os.path.isfile(path):
+            raise CompareError(f"{path}: tensor file missing (named by {dump.path})")
+        try:
+            if path.endswith(".npy"):
+                import numpy as np
+                array = np.load(path, allow_pickle=False)
+            else:
+                import torch
+                value = torch.load(path, map_location="cpu", weights_only=True)
+                if not isinstance(value, torch.Tensor):
+                    raise ValueError(f"holds a {type(value).__name__}, not a tensor")
+                array = (value.float() if value.dtype in (torch.bfloat16, torch.float16) else value).numpy()
+        except CompareError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any unreadable file becomes one clear error
+            raise CompareError(f"{path}: cannot load the tensor: {exc}") from None
+        if len(cache) < 64:
+            cache[path] = array
+        return array
+    return load
+
+
+def _parents(dump, name) -> list:
+    chain, seen = [], set()
+    parent = dump.parents.get(name)
+    while isinstance(parent, str) and parent not in seen:
+        chain.append(parent)
+        seen.add(parent)
+        parent = dump.parents.get(parent)
+    return chain
+
+
+def _module_of(dump, name):
+    parent = dump.parents.get(name)
+    if name.startswith(("Module.", "Cell.")):
+        return name
+    return parent if isinstance(parent, str) else None
+
+
+def _upstream(name: str, seen_err: dict) -> float:
+    """What a record depends on besides its own inputs: a backward call depends on its forward call's
+    inputs; parameter gradients depend on every call of their module."""
+    base, direction, index = split_name(name)
+    if direction == "backward":
+        return seen_err.get((base, "forward", index), 0.0)
+    if ".parameters_grad." in name:  # a module never called itself (its weight used directly): all so far
+        return seen_err.get(name.split(".parameters_grad.")[0], seen_err.get("*", 0.0))
+    return 0.0
+
+
+def _one_line(frames: list) -> str:
+    return " | ".join(f.replace(", \n ", ": ") for f in frames)
+
+
+def _inner_eps(pairs, target, golden) -> dict:
+    """record -> the coarsest precision of it and of every call made inside it (via construct.json)."""
+    eps: dict = {}
+    for pair in pairs:
+        if pair.target and pair.golden:
+            e = record_eps(pair.target, target.records[pair.target], golden.records[pair.golden])
+            eps[pair.target] = max(eps.get(pair.target, 0.0), e)
+            for parent in _parents(target, pair.target):
+                eps[parent] = max(eps.get(parent, 0.0), e)
+    if not target.parents:  # no hierarchy written: any low precision anywhere makes it a mixed comparison
+        coarsest = max(eps.values(), default=0.0)
+        eps = dict.fromkeys(eps, coarsest)
+    return eps
+
+
+def compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, progress):
+    target, golden = load_dump(target_path, step, rank), load_dump(golden_path, step, rank)
+    mode = _mode(target, golden)
+    judge = Judge(mode, tensor_loader() if mode == "tensor" else None)
+    pairs = pair_records(target, golden, rename)
+    inner = _inner_eps(pairs, target, golden)
+    rows, errors, modules = [], [], {}
+    seen_err: dict = {}   # input error of calls already judged: backward records depend on them
+    counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
+    first = None
+    for i, pair in enumerate(pairs):
+        stack = target.stacks.get(pair.target) or [] if pair.target else []
+        upstream = _upstream(pair.target, seen_err) if pair.target else 0.0
+        record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
+                                           upstream)
+        if pair.target:
+            base, direction, index = split_name(pair.target)
+            seen_err[(base, direction, index)] = verdict.in_err
+            seen_err[base] = max(seen_err.get(base, 0.0), verdict.in_err)
+            seen_err["*"] = max(seen_err.get("*", 0.0), verdict.in_err)
+        rows.extend(record_rows)
+        if verdict.result == UNMATCHED:
+            counts["unmatched_target" if pair.target else "unmatched_golden"] += 1
+            continue
+        counts[verdict.result] += 1
+        errors.append(verdict.out_err)
+        module = _module_of(target, pair.target)
+        if module:
+            worst, result = modules.get(module, (0.0, PASS))
+            modules[module] = (max(worst, verdict.out_err), verdict.result if
+                               {PASS: 0, WARNING: 1, ERROR: 2}[verdict.result] > {PASS: 0, WARNING: 1, ERROR: 2}[result]
+                               else result)
+        if first is None and verdict.introduced:
+            first = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
+                     "stack": stack, "parents": _parents(target, pair.target)}
+        if progress and i % 200 == 0:
+            progress(i, len(pairs))
+    tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"
+    csv_path = os.path.join(output_dir, f"compare_result_{tag}_{timestamp}.csv")
+    report.write_csv(csv_path, judge.columns, rows)
+    files = [csv_path]
+    if xlsx:
+        xlsx_path = csv_path[:-4] + ".xlsx"
+        try:
+            report.write_xlsx(xlsx_path, judge.columns, rows)
+        except RuntimeError as exc:
+            raise CompareError(str(exc)) from None
+        files.append(xlsx_path)
+    summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
+                    "counts": counts, "first_divergence": first, "result_file": csv_path}
+    return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules}
+
+
+def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bool = False, html: bool = True,
+            mapping: str | None = None, quiet: bool = False) -> Summary:
+    """Compare a target dump with a golden dump (dump.json, rank folder, step folder or dump root).
+
+    Writes compare_result_rank{R}_step{N}_{timestamp}.csv per pair, summary.json and report.html to
+    `output_dir` (default ./compare_output), prints one line per pair, and returns the summary."""
+    output_dir = output_dir or "compare_output"
+    rename = _load_mapping(mapping)
+    try:
+        inputs = pair_inputs(target, golden)
+    except DumpError as exc:
+        raise CompareError(str(exc)) from None
+    os.makedirs(output_dir, mode=0o750, exist_ok=True)
+    timestamp = time.strftime("%Y%m%d%H%M%S")
+    tty = sys.stderr.isatty() and not quiet
+
+    def progress(i, n):
+        print(f"\rcomparing {i}/{n} calls", end="", file=sys.stderr, flush=True)
+
+    summary, details = None, []
+    for step, rank, t_path, g_path in inputs:
+        try:
+            mode, pair, files, detail = compare_one(step, rank, t_path, g_path, output_dir, rename, timestamp,
+                                                    xlsx, progress if tty else None)
+        except DumpError as exc:
+            raise CompareError(str(exc)) from None
+        if tty:
+            print("\r", end="", file=sys.stderr)
+        summary = summary or Summary(mode)
+        summary.pairs.append(pair)
+        summary.files += files
+        details.append(detail)
+        if not quiet:
+            print(report.console_line(pair))
+    with open(os.path.join(output_dir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary.to_json(), f, indent=1)
+    summary.files.append(os.path.join(output_dir, "summary.json"))
+    if html:
+        report.write_html(os.path.join(output_dir, "report.html"), summary.to_json(), details)
+        summary.files.append(os.path.join(output_dir, "report.html"))
+    return summary

@@ -1,0 +1,244 @@
+"""Judging a pair of records: each row gets its measures, each record a Result and its reasons.
+
+Rules (spec/compare.md), with inputs = args, kwargs, parameters and outputs = results:
+- error: the target's output holds NaN/Inf where the golden's is finite;
+- error: the inputs agree but an output does not: the call *introduced* the divergence. "Agree" follows the
+  dtypes compared: within 16 machine epsilons of the coarser dtype (so a 1e-4 change in one fp32 op is
+  caught, while bf16 against fp32 is not called divergent everywhere); the spec's coarser rule (input
+  NormRelativeErr < 0.1, output > 0.5) is applied as well;
+- warning: the inputs already differ and an output differs more than 10x as much (the call amplified it);
+- tensor mode adds: error when inputs' One Thousandth ratio > 0.9 and an output's < 0.1; warning when the
+  inputs' cosine > 0.9 and an output's cosine is more than 0.1 lower;
+- error: shapes differ; dtypes differ when they are not both floating (bf16 vs fp32 is expected);
+- records or rows on one side only are `unmatched`, never pass.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .metrics import STATS, diff, eps_of, finite, relative, stat_error, tensor_metrics
+from .pair import dtype_kind
+from .rows import INPUT, OUTPUT, record_rows
+
+PASS, WARNING, ERROR, UNMATCHED = "pass", "warning", "error", "unmatched"
+_RANK = {PASS: 0, WARNING: 1, ERROR: 2, UNMATCHED: 3}
+TOLERANCE_EPS = 16       # inputs "agree" within this many epsilons of the coarser dtype
+AMPLIFICATION = 10
+
+HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape"]
+TAIL = ["Result", "Err_message", "NPU_Stack_Info"]
+COLUMNS = {
+    "statistics": HEAD + ["Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr", "MinRelativeErr",
+                          "MeanRelativeErr", "NormRelativeErr", "NPU max", "NPU min", "NPU mean", "NPU l2norm",
+                          "Bench max", "Bench min", "Bench mean", "Bench l2norm"] + TAIL,
+    "md5": HEAD + ["NPU MD5", "BENCH MD5"] + TAIL,
+    "tensor": HEAD + ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+                      "Five Thousandths Err Ratio", "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max",
+                      "Bench min", "Bench mean", "Bench l2norm"] + TAIL,
+}
+
+
+@dataclass
+class Verdict:
+    result: str = PASS
+    reasons: list = field(default_factory=list)
+    introduced: bool = False    # this call is where the runs part
+    in_err: float = 0.0
+    out_err: float = 0.0
+
+    def raise_to(self, result: str, reason: str) -> None:
+        if _RANK[result] > _RANK[self.result]:
+            self.result = result
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+
+def _worse(a: str, b: str) -> str:
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+def _fmt(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:.3g}"
+
+
+class Judge:
+    """Measures and judges record pairs in one mode (statistics, md5, tensor)."""
+
+    def __init__(self, mode: str, load_tensor=None):
+        self.mode = mode
+        self.columns = COLUMNS[mode]
+        self.load_tensor = load_tensor   # (dump, data_name) -> numpy array, tensor mode only
+
+    # -- one row -------------------------------------------------------------------------------------------
+    def _row(self, t_row, g_row, t_dump, g_dump) -> tuple:
+        """(row dict, row error, row-specific problems)."""
+        out = dict.fromkeys(self.columns)
+        problems = []
+        err = 0.0
+        if t_row is not None:
+            out.update({"NPU Name": t_row.name, "NPU Dtype": t_row.dtype, "NPU Tensor Shape": t_row.shape})
+        if g_row is not None:
+            out.update({"Bench Name": g_row.name, "Bench Dtype": g_row.dtype, "Bench Tensor Shape": g_row.shape})
+        if t_row is None or g_row is None:
+            return out, 0.0, [f"row only in {'golden' if t_row is None else 'target'}"]
+        t, g = t_row.obj, g_row.obj
+        if self.mode != "md5":
+            for side, obj in (("NPU", t), ("Bench", g)):
+                for key, col in zip(STATS, ("max", "min", "mean", "l2norm")):
+                    out[f"{side} {col}"] = obj.get(key, obj.get("value") if key == "Max" else None)
+        if not (t_row.is_tensor and g_row.is_tensor):
+            tv, gv = t.get("value"), g.get("value")
+            if tv != gv and not (isinstance(tv, float) and isinstance(gv, float) and tv != tv and gv != gv):
+                problems.append(f"value differs: {tv!r} vs {gv!r}")
+                err = math.inf if not isinstance(tv, (int, float)) or not isinstance(gv, (int, float)) \
+                    else (abs(tv - gv) / abs(gv) if gv else math.inf)
+            return out, err, problems
+        if list(t_row.shape or []) != list(g_row.shape or []):
+            return out, math.inf, [f"shape differs: {t_row.shape} vs {g_row.shape}"]
+        if t_row.dtype != g_row.dtype and not (dtype_kind(t_row.dtype) == dtype_kind(g_row.dtype) == "float"):
+            problems.append(f"dtype differs: {t_row.dtype} vs {g_row.dtype}")
+        if self.mode == "statistics":
+            for key, col in zip(STATS, ("Max", "Min", "Mean", "L2norm")):
+                out[f"{col} diff"] = diff(t.get(key), g.get(key))
+            for key in STATS:
+                out[f"{key}RelativeErr"] = relative(t.get(key), g.get(key))
+            err = stat_error(t, g)
+        elif self.mode == "md5":
+            out["NPU MD5"], out["BENCH MD5"] = t.get("md5"), g.get("md5")
+            if t.get("md5") is None or g.get("md5") is None:
+                problems.append("md5 missing on one side")
+            elif t.get("md5") != g.get("md5"):
+                err = math.inf
+        else:
+            err = self._tensor_row(out, t, g, t_dump, g_dump, problems)
+        return out, err, problems
+
+    def _tensor_row(self, out, t, g, t_dump, g_dump, problems) -> float:
+        if not t.get("data_name") or not g.get("data_name"):
+            problems.append("tensor file missing on one side: compared on statistics")
+            return stat_error(t, g)
+        a = self.load_tensor(t_dump, t["data_name"])
+        b = self.load_tensor(g_dump, g["data_name"])
+        if a.shape != b.shape:
+            problems.append(f"tensor files differ in shape: {a.shape} vs {b.shape}")
+            return math.inf
+        m = tensor_metrics(a, b, max(eps_of(str(t.get("dtype"))), eps_of(str(g.get("dtype")))))
+        for key in ("Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+                    "Five Thousandths Err Ratio"):
+            out[key] = m[key]
+        if m["note"]:
+            problems.append(m["note"])
+        if m["nonfinite"]:
+            problems.append(f"{m['nonfinite']} NaN/Inf on one side only")
+            return math.inf
+        out["_thousandth"], out["_cosine"] = m["One Thousandth Err Ratio"], m["Cosine"]
+        return m["rel_l2"]
+
+    # -- one record pair ---------------------------------------------------------------------------------
+    def judge(self, pair, t_dump, g_dump, stack: str = "", inner_eps: float = 0.0, upstream: float = 0.0) -> tuple:
+        """(rows, Verdict) for a Pair. `inner_eps`: the coarsest precision of the calls made inside this one
+        (a module under autocast computes in bf16 between fp32 inputs and outputs). `upstream`: how much
+        what this call also depends on already differs (a backward depends on its forward's inputs)."""
+        if pair.target is None or pair.golden is None:
+            side, name, dump = ("target", pair.target, t_dump) if pair.golden is None else \
+                ("golden", pair.golden, g_dump)
+            reason = (f"unmatched: only in {side}; the other run made no call that aligns with this one "
+                      f"(same API or module, same parent, same argument shapes)")
+            rows = []
+            for r in record_rows(name, dump.records[name]):
+                row, _, _ = self._row(r if side == "target" else None, r if side == "golden" else None, t_dump, g_dump)
+                row.update({"Result": UNMATCHED, "Err_message": reason, "NPU_Stack_Info": stack})
+                rows.append(row)
+            return rows, Verdict(UNMATCHED, [reason])
+        t_rows = record_rows(pair.target, t_dump.records[pair.target])
+        g_rows = {r.name[len(pair.golden):]: r for r in record_rows(pair.golden, g_dump.records[pair.golden])}
+        verdict = Verdict()
+        if pair.how == "aligned":
+            verdict.reasons.append(f"aligned with {pair.golden}")
+        rows, errs = [], {INPUT: [], OUTPUT: []}
+        worst_eps = 0.0
+        extra = {INPUT: {}, OUTPUT: {}}
+        seen = set()
+        row_results = []
+        new_nonfinite = False
+        arguments = []
+        for t_row in t_rows:
+            suffix = t_row.name[len(pair.target):]
+            g_row = g_rows.get(suffix)
+            seen.add(suffix)
+            row, err, problems = self._row(t_row, g_row, t_dump, g_dump)
+            if g_row is not None:
+                row["Bench Name"] = g_row.name
+                worst_eps = max(worst_eps, eps_of(t_row.dtype), eps_of(g_row.dtype))
+                if t_row.is_tensor or t_row.role == OUTPUT:
+                    errs[t_row.role].append(err)
+                elif problems:  # a scalar argument differs: the likely cause, said plainly
+                    arguments.append(f"argument {suffix.lstrip('.')} differs: "
+                                     f"{t_row.obj.get('value')!r} vs {g_row.obj.get('value')!r}")
+                    problems = []
+                if "_thousandth" in row:
+                    extra[t_row.role].setdefault("thousandth", []).append(row.pop("_thousandth"))
+                    extra[t_row.role].setdefault("cosine", []).append(row.pop("_cosine"))
+                if t_row.role == OUTPUT and t_row.is_tensor and g_row.is_tensor \
+                        and not finite(t_row.obj) and finite(g_row.obj):
+                    problems.append("target output has NaN/Inf where golden is finite")
+                    new_nonfinite = True
+            rows.append(row)
+            row_results.append((t_row, problems))
+        for suffix, g_row in g_rows.items():
+            if suffix not in seen:
+                row, _, problems = self._row(None, g_row, t_dump, g_dump)
+                rows.append(row)
+                row_results.append((None, problems))
+        errs[INPUT].append(upstream)
+        self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite)
+        for argument in arguments:
+            verdict.raise_to(WARNING, argument)
+        for row, (t_row, problems) in zip(rows, row_results):
+            result = verdict.result
+            for p in problems:
+                severity = ERROR if p.startswith(("shape", "dtype", "target output has NaN", "tensor files")) \
+                    else UNMATCHED if p.startswith("row only") else WARNING
+                result = _worse(result, severity)
+                if p not in verdict.reasons:
+                    verdict.raise_to(ERROR if severity == ERROR else WARNING, p)
+            row.update({"Result": result, "Err_message": "; ".join(verdict.reasons + [p for p in problems
+                                                                                       if p not in verdict.reasons]),
+                        "NPU_Stack_Info": stack})
+        return rows, verdict
+
+    def _decide(self, verdict, errs, extra, worst_eps, t_rows, new_nonfinite) -> None:
+        tol = TOLERANCE_EPS * worst_eps if self.mode != "md5" else 0.0
+        in_err = max(errs[INPUT], default=0.0)
+        out_err = max(errs[OUTPUT], default=0.0)
+        verdict.in_err, verdict.out_err = in_err, out_err
+        if new_nonfinite:
+            verdict.raise_to(ERROR, "target output has NaN/Inf where golden is finite")
+            if all(finite(r.obj) for r in t_rows if r.role == INPUT and r.is_tensor):
+                verdict.introduced = True
+            return
+        if out_err > tol and in_err <= tol:
+            verdict.introduced = True
+            verdict.raise_to(ERROR, f"introduced: outputs differ by {_fmt(out_err)} while inputs agree "
+                                    f"(differ by {_fmt(in_err)}, tolerance {_fmt(tol)})")
+        elif in_err < 0.1 and out_err > 0.5:  # the spec's coarse rule: an error, but inputs already differ
+            verdict.raise_to(ERROR, f"outputs differ by {_fmt(out_err)} while inputs differ by only {_fmt(in_err)}")
+        elif out_err > tol and out_err > AMPLIFICATION * in_err:
+            verdict.raise_to(WARNING, f"amplified: outputs differ by {_fmt(out_err)}, inputs by {_fmt(in_err)}")
+        th_in, th_out = extra[INPUT].get("thousandth"), extra[OUTPUT].get("thousandth")
+        if th_out and min(th_out) < 0.1 and (not th_in or min(th_in) > 0.9):
+            verdict.introduced = True
+            verdict.raise_to(ERROR, "fewer than 10% of output elements within 0.1% while inputs agree")
+        cos_in, cos_out = extra[INPUT].get("cosine"), extra[OUTPUT].get("cosine")
+        if cos_in and cos_out:
+            ci = min(c for c in cos_in if c == c) if any(c == c for c in cos_in) else 1.0
+            co = min(c for c in cos_out if c == c) if any(c == c for c in cos_out) else 1.0
+            if ci > 0.9 and co < ci - 0.1:
+                verdict.raise_to(WARNING, f"cosine drops from {ci:.4f} (inputs) to {co:.4f} (outputs)")
+
+
+def record_eps(name, record, other=None) -> float:
+    """The coarsest machine epsilon among the dtypes of a record (and of its partner)."""
+    rows = record_rows(name, record) + (record_rows(name, other) if other is not None else [])
+    return max((eps_of(r.dtype) for r in rows if r.is_tensor), default=0.0)

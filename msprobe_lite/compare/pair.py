@@ -1,0 +1,108 @@
+"""Pairing the records of two runs.
+
+Exact names pair only when the two runs made the same calls. One extra call on one side (an added
+`.contiguous()`, a fused op split in two) shifts the call index of every later call of that API, so pairing
+by name alone would compare the wrong calls from there on. Instead, each side's calls are grouped by API (or
+module), direction and parent module. Within a group, the two call sequences are aligned by order and
+signature (argument and result shapes, and dtype kind: bf16 and fp32 are both float), using difflib. Calls
+left over are unmatched, and a pair whose names differ is reported as aligned, not exact.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from .rows import record_rows
+
+_DIRECTIONS = ("forward", "backward")
+
+
+@dataclass
+class Pair:
+    target: str | None
+    golden: str | None
+    how: str            # exact / aligned / unmatched
+
+
+def split_name(name: str):
+    """(base, direction, index): `Functional.linear.3.forward` -> (Functional.linear, forward, 3),
+    `Module.fc.Linear.backward.1` -> (Module.fc.Linear, backward, 1); anything else -> (name, None, None)."""
+    parts = name.split(".")
+    if len(parts) >= 3 and parts[-1] in _DIRECTIONS and parts[-2].isdigit():
+        return ".".join(parts[:-2]), parts[-1], int(parts[-2])
+    if len(parts) >= 3 and parts[-2] in _DIRECTIONS and parts[-1].isdigit():
+        return ".".join(parts[:-2]), parts[-2], int(parts[-1])
+    return name, None, None
+
+
+def dtype_kind(dtype: str) -> str:
+    d = dtype.lower()
+    if "complex" in d:
+        return "complex"
+    if "float" in d or "half" in d or "bf16" in d:
+        return "float"
+    if "bool" in d:
+        return "bool"
+    if "int" in d:
+        return "int"
+    return d
+
+
+def signature(record) -> tuple:
+    return tuple((row.role, tuple(row.shape) if row.is_tensor else row.obj.get("type"), dtype_kind(row.dtype))
+                 for row in record_rows("", record))
+
+
+def _group_key(name: str, parents: dict, rename) -> tuple:
+    base, direction, _ = split_name(rename(name))
+    parent = parents.get(name)
+    parent_base = split_name(rename(parent))[0] if isinstance(parent, str) else parent
+    return base, direction, parent_base
+
+
+def pair_records(target, golden, rename=lambda n: n) -> list:
+    """Pairs in target execution order; golden-only records follow the pair of the golden record before them.
+
+    `rename` maps a target name to the golden naming (user mappings, framework mappings)."""
+    groups_t: dict = {}
+    groups_g: dict = {}
+    for name in target.records:
+        groups_t.setdefault(_group_key(name, target.parents, rename), []).append(name)
+    for name in golden.records:
+        groups_g.setdefault(_group_key(name, golden.parents, lambda n: n), []).append(name)
+    partner: dict = {}
+    for key, t_names in groups_t.items():
+        g_names = groups_g.get(key, [])
+        if not g_names:
+            continue
+        if key[1] is None:  # not a call (parameter gradients, save() entries): the name is the identity
+            golden_names = set(g_names)
+            partner.update({n: rename(n) for n in t_names if rename(n) in golden_names})
+            continue
+        sig_t = [signature(target.records[n]) for n in t_names]
+        sig_g = [signature(golden.records[n]) for n in g_names]
+        matcher = difflib.SequenceMatcher(None, sig_t, sig_g, autojunk=False)
+        for block in matcher.get_matching_blocks():
+            for i in range(block.size):
+                partner[t_names[block.a + i]] = g_names[block.b + i]
+    paired_golden = {g: t for t, g in partner.items()}
+    pairs = []
+    index_of = {}
+    for name in target.records:
+        g = partner.get(name)
+        how = "unmatched" if g is None else ("exact" if rename(name) == g else "aligned")
+        index_of[name] = len(pairs)
+        pairs.append(Pair(name, g, how))
+    # golden-only records, each placed after the pair of the golden record that precedes it
+    inserts: dict = {}
+    previous = None
+    for name in golden.records:
+        if name in paired_golden:
+            previous = paired_golden[name]
+        else:
+            inserts.setdefault(previous, []).append(Pair(None, name, "unmatched"))
+    result = list(inserts.get(None, []))
+    for pair in pairs:
+        result.append(pair)
+        result.extend(inserts.get(pair.target, []))
+    return result

@@ -1,0 +1,134 @@
+"""Reading dumps: resolve what the user pointed at, load dump.json/stack.json/construct.json, fail clearly.
+
+Accepts a dump.json file, a rank folder (`rank`, `rank{R}`, the reference's `proc<pid>`), a step folder (all its
+ranks) or a dump root (all its steps). The only parser of the dump format in msprobe_lite.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+
+class DumpError(ValueError):
+    """A dump that cannot be read, named with its path and what is wrong."""
+
+
+_RANK = re.compile(r"^(rank(\d*)|proc\d+)$")
+_STEP = re.compile(r"^step(\d+)$")
+
+
+@dataclass
+class Dump:
+    """One rank of one step."""
+
+    path: str                          # the dump.json file
+    step: int | None
+    rank: int | None
+    task: str
+    level: str
+    framework: str
+    data_dir: str | None
+    records: dict                      # name -> record, in execution order
+    stacks: dict = field(default_factory=dict)     # record name -> frames
+    parents: dict = field(default_factory=dict)    # record name -> parent record name
+
+
+def _load_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise DumpError(f"{path}: no such file ({what})") from None
+    except json.JSONDecodeError as exc:
+        raise DumpError(f"{path}: not valid JSON ({what}): {exc.msg} at line {exc.lineno}, "
+                        f"column {exc.colno} -- is the file truncated?") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DumpError(f"{path}: cannot be read ({what}): {exc}") from None
+
+
+def load_dump(dump_json: str, step: int | None = None, rank: int | None = None) -> Dump:
+    content = _load_json(dump_json, "dump.json")
+    if not isinstance(content, dict) or not isinstance(content.get("data"), dict):
+        raise DumpError(f"{dump_json}: not a dump.json: expected an object with a \"data\" object "
+                        f"(got {type(content).__name__}{' without data' if isinstance(content, dict) else ''})")
+    for name, record in content["data"].items():
+        if not isinstance(record, dict):
+            raise DumpError(f"{dump_json}: record {name!r} is a {type(record).__name__}, expected an object")
+    folder = os.path.dirname(os.path.abspath(dump_json))
+    stacks, parents = {}, {}
+    stack_file = os.path.join(folder, "stack.json")
+    if os.path.exists(stack_file):
+        raw = _load_json(stack_file, "stack.json")
+        for key, entry in (raw.items() if isinstance(raw, dict) else ()):
+            if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list):
+                stacks.update(dict.fromkeys(entry[0], entry[1]))   # {"0": [[names], [frames]]}
+            elif isinstance(entry, list):
+                stacks[key] = entry                                   # older layout: {name: [frames]}
+    construct_file = os.path.join(folder, "construct.json")
+    if os.path.exists(construct_file):
+        raw = _load_json(construct_file, "construct.json")
+        if isinstance(raw, dict):
+            parents = raw
+    data_dir = content.get("dump_data_dir")
+    local = os.path.join(folder, "dump_tensor_data")
+    if os.path.isdir(local):
+        data_dir = local  # the dump may have been moved since it was written
+    return Dump(path=dump_json, step=step, rank=rank, task=str(content.get("task", "statistics")),
+                level=str(content.get("level", "")), framework=str(content.get("framework", "")),
+                data_dir=data_dir, records=content["data"], stacks=stacks, parents=parents)
+
+
+def _rank_number(name: str):
+    m = _RANK.match(name)
+    return int(m.group(2)) if m and m.group(2) else None
+
+
+def _step_number(path: str):
+    m = _STEP.match(os.path.basename(os.path.normpath(path)))
+    return int(m.group(1)) if m else None
+
+
+def _rank_dirs(step_dir: str) -> list:
+    return sorted(d for d in os.listdir(step_dir)
+                  if _RANK.match(d) and os.path.isfile(os.path.join(step_dir, d, "dump.json")))
+
+
+def resolve(path: str) -> list:
+    """[(step, rank, dump.json path)] for whatever `path` is."""
+    if not os.path.exists(path):
+        raise DumpError(f"{path}: no such file or folder")
+    if os.path.isfile(path):
+        folder = os.path.dirname(os.path.abspath(path))
+        return [(_step_number(os.path.dirname(folder)), _rank_number(os.path.basename(folder)), path)]
+    base = os.path.basename(os.path.normpath(path))
+    if os.path.isfile(os.path.join(path, "dump.json")):
+        return [(_step_number(os.path.dirname(os.path.abspath(path))), _rank_number(base),
+                 os.path.join(path, "dump.json"))]
+    steps = sorted((d for d in os.listdir(path) if _STEP.match(d)), key=lambda d: int(d[4:]))
+    if _rank_dirs(path):
+        step = _step_number(path)
+        return [(step, _rank_number(d), os.path.join(path, d, "dump.json")) for d in _rank_dirs(path)]
+    if steps:
+        out = []
+        for s in steps:
+            out += [(int(s[4:]), _rank_number(d), os.path.join(path, s, d, "dump.json"))
+                    for d in _rank_dirs(os.path.join(path, s))]
+        if out:
+            return out
+    raise DumpError(f"{path}: no dump found: expected a dump.json, a rank folder (rank, rank<R>, proc<pid>) "
+                    f"holding one, a step<N> folder, or a dump root with step<N> folders")
+
+
+def pair_inputs(target: str, golden: str) -> list:
+    """[(step, rank, target dump.json, golden dump.json)], paired by step and rank number, not position."""
+    t, g = resolve(target), resolve(golden)
+    if len(t) == 1 and len(g) == 1:
+        return [(t[0][0], t[0][1], t[0][2], g[0][2])]
+    golden_by_key = {(s, r): p for s, r, p in g}
+    pairs = [(s, r, p, golden_by_key[(s, r)]) for s, r, p in t if (s, r) in golden_by_key]
+    if not pairs:
+        raise DumpError(f"no step/rank in common between {target} ({sorted((s, r) for s, r, _ in t)}) "
+                        f"and {golden} ({sorted((s, r) for s, r, _ in g)})")
+    return pairs

@@ -1,0 +1,118 @@
+"""What compare writes: the CSV table (optionally .xlsx), summary.json, the console line, report.html."""
+from __future__ import annotations
+
+import csv
+import html
+import json
+import math
+import os
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def cell(value):
+    """A CSV cell: numbers stay numbers (inf/nan spelled out), text that a spreadsheet would run as a
+    formula is neutralised with a leading apostrophe, None is empty."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, (int,)):
+        return value
+    text = str(value) if not isinstance(value, (list, tuple)) else json.dumps(list(value))
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def write_csv(path: str, columns: list, rows: list) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([cell(row.get(c)) for c in columns])
+
+
+def write_xlsx(path: str, columns: list, rows: list) -> None:
+    try:
+        from openpyxl import Workbook
+        from openpyxl.styles import PatternFill
+    except ImportError:
+        raise RuntimeError("--xlsx needs openpyxl: pip install openpyxl (the CSV is written regardless)") from None
+    fills = {"error": PatternFill("solid", fgColor="FFC7CE"), "warning": PatternFill("solid", fgColor="FFEB9C"),
+             "unmatched": PatternFill("solid", fgColor="D9D9D9")}
+    book = Workbook()
+    sheet = book.active
+    sheet.append(columns)
+    for row in rows:
+        sheet.append([cell(row.get(c)) for c in columns])
+        fill = fills.get(row.get("Result"))
+        if fill:
+            for c in sheet[sheet.max_row]:
+                c.fill = fill
+    book.save(path)
+
+
+def console_line(pair: dict) -> str:
+    where = f"step {pair['step']} rank {pair['rank']}" if pair["rank"] is not None else f"step {pair['step']}"
+    c = pair["counts"]
+    counts = (f"{c['pass']} pass, {c['warning']} warning, {c['error']} error, "
+              f"{c['unmatched_target']} unmatched in target, {c['unmatched_golden']} in golden")
+    fd = pair["first_divergence"]
+    if fd is None:
+        return f"[{where}] no divergent call found; {counts}"
+    at = f" at {fd['stack'][0]}".replace(", \n ", ": ") if fd.get("stack") else ""
+    return f"[{where}] first divergence: {fd['name']} -- {fd['reason']}{at}; {counts}"
+
+
+def _svg_plot(errors: list, width: int = 900, height: int = 180) -> str:
+    """Output error (log scale) of every paired call along execution order."""
+    if not errors:
+        return "<p>no paired calls</p>"
+    finite = [e for e in errors if e > 0 and math.isfinite(e)]
+    low = math.log10(min(finite)) if finite else -8
+    high = math.log10(max(finite)) if finite else 0
+    span = max(high - low, 1e-9)
+    points = []
+    for i, e in enumerate(errors):
+        x = 40 + i * (width - 50) / max(len(errors) - 1, 1)
+        level = high if math.isinf(e) else (low if e <= 0 else math.log10(e))
+        y = height - 20 - (level - low) / span * (height - 40)
+        points.append(f"{x:.1f},{y:.1f}")
+    return (f'<svg width="{width}" height="{height}" style="border:1px solid #ccc">'
+            f'<text x="4" y="14" font-size="11">log10 output error: {high:.1f}</text>'
+            f'<text x="4" y="{height - 4}" font-size="11">{low:.1f}</text>'
+            f'<polyline fill="none" stroke="#c0392b" stroke-width="1.2" points="{" ".join(points)}"/></svg>')
+
+
+def write_html(path: str, summary: dict, details: list) -> None:
+    """details: per pair, {"pair": summary pair, "errors": [...], "modules": {module: worst}}."""
+    parts = ["<!doctype html><meta charset='utf-8'><title>msprobe_lite compare</title>",
+             "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:2px 6px}"
+             "table{border-collapse:collapse}.error{background:#fcc}.warning{background:#ffe9a8}</style>",
+             f"<h1>Compare report ({html.escape(summary['mode'])} mode)</h1>"]
+    for d in details:
+        p = d["pair"]
+        parts.append(f"<h2>step {p['step']} rank {p['rank']}</h2><p>{html.escape(console_line(p))}</p>")
+        fd = p["first_divergence"]
+        if fd:
+            parts.append("<h3>First divergence</h3><table>")
+            for key in ("name", "golden_name", "reason"):
+                parts.append(f"<tr><th>{key}</th><td>{html.escape(str(fd[key]))}</td></tr>")
+            parts.append(f"<tr><th>parents</th><td>{html.escape(' &lt; '.join(fd['parents']) or '-')}</td></tr>")
+            stack = "<br>".join(html.escape(f) for f in fd.get("stack") or [])
+            parts.append(f"<tr><th>stack</th><td><code>{stack}</code></td></tr></table>")
+        parts.append("<h3>Output error along execution order</h3>" + _svg_plot(d["errors"]))
+        if d["modules"]:
+            parts.append("<h3>Modules, worst output error of their calls</h3><table>"
+                         "<tr><th>module</th><th>worst error</th><th>result</th></tr>")
+            for module, (worst, result) in d["modules"].items():
+                parts.append(f"<tr class='{result}'><td>{html.escape(module)}</td><td>{worst:.3g}</td>"
+                             f"<td>{result}</td></tr>")
+            parts.append("</table>")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(parts))

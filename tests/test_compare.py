@@ -1,0 +1,264 @@
+"""Compare: metrics, first divergence of injected faults, alignment, modes, reference dumps, CLI."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from models import TinyTransformer
+
+from msprobe_lite.cli import main as cli
+from msprobe_lite.compare import CompareError, compare
+from msprobe_lite.compare.metrics import stat_error, tensor_metrics
+from msprobe_lite.pytorch import PrecisionDebugger
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def dump_transformer(path, level="mix", task="statistics", fault=None, boost=1.0, **cfg):
+    """Dump one forward/backward of the seeded transformer, with one injected `fault` (or none)."""
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    model.eval()  # no dropout: two runs differ only by the fault
+    for block in model.blocks:
+        block.attn.boost = boost
+    if fault == "gelu":
+        model.blocks[0].mlp[1].approximate = "tanh"
+    elif fault == "ln_eps":
+        model.blocks[1].ln2.eps = 1e-2
+    elif fault == "scale":
+        model.blocks[0].attn.scale = 1.01 * 8 ** -0.5
+    elif fault == "overflow":
+        model.blocks[0].attn.half_scores = True
+    elif fault == "extra":
+        model.extra_call = True
+    tokens = torch.randint(0, 32, (2, 6), generator=torch.Generator().manual_seed(1))
+    config = dict(cfg, task=task, level=level, dump_path=str(path))
+    os.makedirs(str(path) + "_cfg", exist_ok=True)
+    config_file = os.path.join(str(path) + "_cfg", "config.json")
+    with open(config_file, "w") as f:
+        json.dump(config, f)
+    d = PrecisionDebugger(config_file)
+    d.start(model=model)
+    logits, _ = model(tokens)
+    logits.float().pow(2).mean().backward()
+    d.stop()
+    d.step()
+    return path
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory):
+    return dump_transformer(tmp_path_factory.mktemp("golden"))
+
+
+def run(target, golden, out, **kw):
+    return compare(str(target), str(golden), str(out), quiet=True, **kw)
+
+
+# -- metrics --------------------------------------------------------------------------------------------
+def test_tensor_metrics_against_numpy():
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal(3000).astype(np.float32)
+    t = g + rng.standard_normal(3000).astype(np.float32) * 1e-3
+    m = tensor_metrics(t, g, 1.19e-7)
+    a, b = t.astype(np.float64), g.astype(np.float64)
+    assert math.isclose(m["Cosine"], a @ b / np.linalg.norm(a) / np.linalg.norm(b), rel_tol=1e-12)
+    assert math.isclose(m["EucDist"], np.linalg.norm(a - b), rel_tol=1e-12)
+    assert m["MaxAbsErr"] == np.abs(a - b).max()
+    rel = np.abs(a - b) / np.abs(b)
+    assert m["MaxRelativeErr"] == rel.max()
+    assert m["One Thousandth Err Ratio"] == (rel < 0.001).mean()
+    assert m["Five Thousandths Err Ratio"] == (rel < 0.005).mean()
+
+
+def test_metrics_edge_cases():
+    zeros = np.zeros(4)
+    assert tensor_metrics(zeros, zeros, 1e-7)["Cosine"] == 1.0
+    one_zero = tensor_metrics(np.ones(4), zeros, 1e-7)
+    assert math.isnan(one_zero["Cosine"]) and "cosine undefined" in one_zero["note"]
+    assert one_zero["MaxRelativeErr"] == 1 / 1e-7          # golden 0: the denominator is the dtype's eps
+    nan_both = tensor_metrics(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]), 1e-7)
+    assert nan_both["nonfinite"] == 0 and nan_both["One Thousandth Err Ratio"] == 1.0
+    inf_one = tensor_metrics(np.array([np.inf, 1.0]), np.array([5.0, 1.0]), 1e-7)
+    assert inf_one["nonfinite"] == 1
+    assert "size-1" in tensor_metrics(np.ones(1), np.ones(1), 1e-7)["note"]
+    empty = tensor_metrics(np.zeros(0), np.zeros(0), 1e-7)
+    assert empty["EucDist"] == 0 and empty["Cosine"] == 1.0
+    same = {"Max": 1.0, "Min": -1.0, "Mean": 0.0, "Norm": 2.0, "shape": [4]}
+    assert stat_error(same, same) == 0
+    assert math.isclose(stat_error(dict(same, Mean=1e-4), same), 1e-4)   # relative to magnitude, not to Mean
+    assert stat_error(dict(same, Max=math.nan), same) == math.inf
+
+
+# -- first divergence ------------------------------------------------------------------------------------
+def test_identical_runs_pass_everything(tmp_path, golden):
+    target = dump_transformer(tmp_path / "t")
+    s = run(target, golden, tmp_path / "out")
+    (pair,) = s.pairs
+    assert pair["first_divergence"] is None
+    assert pair["counts"]["error"] == pair["counts"]["warning"] == 0
+    assert pair["counts"]["unmatched_target"] == pair["counts"]["unmatched_golden"] == 0
+
+
+@pytest.mark.parametrize("fault,check", [
+    ("gelu", lambda fd: fd["name"] == "Functional.gelu.0.forward" and "approximate" in fd["reason"]),
+    ("ln_eps", lambda fd: fd["name"] == "Functional.layer_norm.3.forward"
+     and fd["parents"][0] == "Module.blocks.1.ln2.LayerNorm.forward.0"),
+    ("scale", lambda fd: fd["name"].startswith("Tensor.mul.")
+     and fd["parents"][0] == "Module.blocks.0.attn.Attention.forward.0"),
+    ("overflow", lambda fd: fd["name"] == "Torch.matmul.0.forward" and "NaN/Inf" in fd["reason"]),
+])
+def test_injected_fault_is_localised_to_the_exact_call(tmp_path, fault, check):
+    boost = 2e4 if fault == "overflow" else 1.0  # large scores: fine in fp32, overflow in fp16
+    golden = dump_transformer(tmp_path / "g", boost=boost)
+    target = dump_transformer(tmp_path / "t", fault=fault, boost=boost)
+    s = run(target, golden, tmp_path / "out")
+    fd = s.pairs[0]["first_divergence"]
+    assert fd is not None and check(fd), fd
+    assert fd["stack"] and "models.py" in fd["stack"][0]
+
+
+def test_an_inserted_call_does_not_shift_later_pairs(tmp_path, golden):
+    target = dump_transformer(tmp_path / "t", fault="extra")
+    s = run(target, golden, tmp_path / "out")
+    (pair,) = s.pairs
+    assert pair["first_divergence"] is None
+    assert pair["counts"]["error"] == 0
+    assert pair["counts"]["unmatched_target"] >= 1 and pair["counts"]["unmatched_golden"] == 0
+    rows = list(csv.DictReader(open(pair["result_file"])))
+    aligned = [r for r in rows if r["NPU Name"].startswith("Torch.matmul.1.") and r["Bench Name"]]
+    assert aligned and aligned[0]["Bench Name"].startswith("Torch.matmul.0.")
+    assert {r["Result"] for r in rows if r["NPU Name"].startswith("Torch.matmul.0.")} == {"unmatched"}
+
+
+def test_bf16_against_fp32_is_not_divergent_everywhere(tmp_path, golden):
+    torch.manual_seed(0)
+    path = tmp_path / "bf16"
+    model = TinyTransformer()
+    model.eval()
+    tokens = torch.randint(0, 32, (2, 6), generator=torch.Generator().manual_seed(1))
+    d = PrecisionDebugger(dump_path=str(path), level="mix", task="statistics")
+    d.start(model=model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, _ = model(tokens)
+    logits.float().pow(2).mean().backward()
+    d.stop()
+    d.step()
+    (pair,) = run(path, golden, tmp_path / "out").pairs
+    total = sum(pair["counts"][k] for k in ("pass", "warning", "error"))
+    assert pair["counts"]["error"] <= total * 0.02, pair["counts"]
+
+
+# -- modes --------------------------------------------------------------------------------------------------
+def test_md5_mode(tmp_path):
+    golden = dump_transformer(tmp_path / "g", statistics={"summary_mode": "md5"})
+    target = dump_transformer(tmp_path / "t", fault="gelu", statistics={"summary_mode": "md5"})
+    s = run(target, golden, tmp_path / "out")
+    assert s.mode == "md5"
+    assert s.pairs[0]["first_divergence"]["name"] == "Functional.gelu.0.forward"
+    rows = list(csv.DictReader(open(s.pairs[0]["result_file"])))
+    assert "NPU MD5" in rows[0] and rows[0]["NPU MD5"] == rows[0]["BENCH MD5"]
+
+
+def test_tensor_mode_metrics_match_numpy(tmp_path):
+    golden = dump_transformer(tmp_path / "g", level="L1", task="tensor")
+    target = dump_transformer(tmp_path / "t", level="L1", task="tensor", fault="ln_eps")
+    s = run(target, golden, tmp_path / "out")
+    assert s.mode == "tensor"
+    assert s.pairs[0]["first_divergence"]["name"] == "Functional.layer_norm.3.forward"
+    rows = {r["NPU Name"]: r for r in csv.DictReader(open(s.pairs[0]["result_file"]))}
+    row = rows["Functional.layer_norm.3.forward.output.0"]
+    folder = lambda p: p / "step0" / "rank" / "dump_tensor_data"  # noqa: E731
+    t = torch.load(folder(target) / "Functional.layer_norm.3.forward.output.0.pt", weights_only=True).double()
+    g = torch.load(folder(golden) / "Functional.layer_norm.3.forward.output.0.pt", weights_only=True).double()
+    assert math.isclose(float(row["Cosine"]), float(F.cosine_similarity(t.flatten(), g.flatten(), dim=0)),
+                        rel_tol=1e-9)
+    assert math.isclose(float(row["EucDist"]), float((t - g).norm()), rel_tol=1e-9)
+    assert math.isclose(float(row["MaxAbsErr"]), float((t - g).abs().max()), rel_tol=1e-9)
+
+
+# -- reading the reference tool's dumps -------------------------------------------------------------------
+class RefNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 3)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)) + torch.tanh(x[:, :3]))
+
+
+def test_reads_dumps_written_by_the_reference_tool(tmp_path):
+    """tests/data/msprobe_L0 was written by mindstudio-probe for this model (make_reference_dump.py)."""
+    torch.manual_seed(0)
+    net = RefNet()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    d = PrecisionDebugger(dump_path=str(tmp_path / "ours"), level="L0", task="statistics")
+    d.start(model=net)
+    net(torch.randn(5, 4)).sum().backward()
+    opt.step()
+    d.stop()
+    d.step()
+    reference = os.path.join(DATA, "msprobe_L0", "step0")
+    s = run(tmp_path / "ours" / "step0", reference, tmp_path / "out")
+    (pair,) = s.pairs
+    assert pair["first_divergence"] is None
+    assert pair["counts"]["error"] == 0 and pair["counts"]["unmatched_target"] == 0
+    assert pair["counts"]["pass"] == 8
+    s = run(reference, reference, tmp_path / "out2")  # proc<pid> folders as both sides
+    assert s.pairs[0]["counts"]["pass"] == 8
+
+
+# -- interface --------------------------------------------------------------------------------------------
+def test_outputs_and_cli(tmp_path, golden, capsys):
+    target = dump_transformer(tmp_path / "t", fault="gelu")
+    assert cli(["compare", "-tp", str(target), "-gp", str(golden), "-o", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "first divergence: Functional.gelu.0.forward" in out
+    files = os.listdir(tmp_path / "out")
+    assert {"summary.json", "report.html"} <= set(files)
+    assert any(f.startswith("compare_result_rank_step0_") and f.endswith(".csv") for f in files)
+    summary = json.load(open(tmp_path / "out" / "summary.json"))
+    assert summary["mode"] == "statistics"
+    pair = summary["pairs"][0]
+    assert set(pair["counts"]) == {"pass", "warning", "error", "unmatched_target", "unmatched_golden"}
+    assert set(pair["first_divergence"]) >= {"name", "golden_name", "reason", "stack", "parents"}
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "First divergence" in html and "<svg" in html
+    rows = list(csv.DictReader(open(pair["result_file"])))
+    assert list(rows[0])[:2] == ["NPU Name", "Bench Name"] and list(rows[0])[-3:] == \
+        ["Result", "Err_message", "NPU_Stack_Info"]
+    assert {r["Result"] for r in rows} <= {"pass", "warning", "error", "unmatched"}
+
+
+def test_bad_inputs_give_clear_errors(tmp_path, golden, capsys):
+    assert cli(["compare", "-tp", str(tmp_path / "nothing"), "-gp", str(golden)]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    bad = tmp_path / "bad" / "step0" / "rank"
+    bad.mkdir(parents=True)
+    (bad / "dump.json").write_text('{"task": "statistics", "data": {"a": ')
+    with pytest.raises(CompareError, match="not valid JSON.*truncated"):
+        run(bad / "dump.json", golden, tmp_path / "out")
+    (bad / "dump.json").write_text('[1, 2]')
+    with pytest.raises(CompareError, match="not a dump.json"):
+        run(bad / "dump.json", golden, tmp_path / "out")
+
+
+def test_overflow_check_command(tmp_path, capsys):
+    path = tmp_path / "o"
+    dump_transformer(path, fault="overflow", boost=2e4)
+    assert cli(["overflow_check", "-i", str(path / "step0"), "-o", str(tmp_path)]) == 0
+    result = json.load(open(tmp_path / "overflow_summary.json"))
+    first = result["ranks"][0]["first_overflow"]
+    assert first["name"] == "Torch.matmul.0.forward"
+    assert first["parents"][0] == "Module.blocks.0.attn.Attention.forward.0"
+    assert "first overflow: Torch.matmul.0.forward" in capsys.readouterr().out
