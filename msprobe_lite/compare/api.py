@@ -129,7 +129,7 @@ def _inner_eps(pairs, target, golden) -> dict:
     eps: dict = {}
     for pair in pairs:
         if pair.target and pair.golden:
-            e = record_eps(pair.target, target.records[pair.target], golden.records[pair.golden])
+            e = record_eps(target.rows(pair.target), golden.rows(pair.golden))
             eps[pair.target] = max(eps.get(pair.target, 0.0), e)
             for parent in _parents(target, pair.target):
                 eps[parent] = max(eps.get(parent, 0.0), e)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .metrics import STATS, diff, eps_of, finite, relative, stat_error, tensor_metrics
 from .pair import dtype_kind
-from .rows import INPUT, OUTPUT, record_rows
+from .rows import INPUT, OUTPUT
 
 PASS, WARNING, ERROR, UNMATCHED = "pass", "warning", "error", "unmatched"
 _RANK = {PASS: 0, WARNING: 1, ERROR: 2, UNMATCHED: 3}
@@ -146,13 +146,13 @@ class Judge:
             reason = (f"unmatched: only in {side}; the other run made no call that aligns with this one "
                       f"(same API or module, same parent, same argument shapes)")
             rows = []
-            for r in record_rows(name, dump.records[name]):
+            for r in dump.rows(name):
                 row, _, _ = self._row(r if side == "target" else None, r if side == "golden" else None, t_dump, g_dump)
                 row.update({"Result": UNMATCHED, "Err_message": reason, "NPU_Stack_Info": stack})
                 rows.append(row)
             return rows, Verdict(UNMATCHED, [reason])
-        t_rows = record_rows(pair.target, t_dump.records[pair.target])
-        g_rows = {r.name[len(pair.golden):]: r for r in record_rows(pair.golden, g_dump.records[pair.golden])}
+        t_rows = t_dump.rows(pair.target)
+        g_rows = {r.name[len(pair.golden):]: r for r in g_dump.rows(pair.golden)}
         verdict = Verdict()
         if pair.how == "aligned":
             verdict.reasons.append(f"aligned with {pair.golden}")
@@ -238,7 +238,6 @@ class Judge:
                 verdict.raise_to(WARNING, f"cosine drops from {ci:.4f} (inputs) to {co:.4f} (outputs)")
 
 
-def record_eps(name, record, other=None) -> float:
-    """The coarsest machine epsilon among the dtypes of a record (and of its partner)."""
-    rows = record_rows(name, record) + (record_rows(name, other) if other is not None else [])
-    return max((eps_of(r.dtype) for r in rows if r.is_tensor), default=0.0)
+def record_eps(*row_lists) -> float:
+    """The coarsest machine epsilon among the dtypes of some rows (a record and its partner)."""
+    return max((eps_of(r.dtype) for rows in row_lists for r in rows if r.is_tensor), default=0.0)

@@ -7,6 +7,7 @@ mean is near zero (where a plain relative error of the mean explodes).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 STATS = ("Max", "Min", "Mean", "Norm")
@@ -17,6 +18,7 @@ _EPS = {"float64": 2.220446049250313e-16, "double": 2.220446049250313e-16, "floa
 CHUNK = 1 << 20
 
 
+@functools.lru_cache(maxsize=256)
 def eps_of(dtype: str) -> float:
     """Machine epsilon of a float dtype name (`torch.bfloat16`, `BFloat16`, `float32`); 0 for exact types."""
     key = dtype.lower().replace("torch.", "").replace("mindspore.", "")

@@ -10,9 +10,9 @@ left over are unmatched, and a pair whose names differ is reported as aligned, n
 from __future__ import annotations
 
 import difflib
+import functools
 from dataclasses import dataclass
 
-from .rows import record_rows
 
 _DIRECTIONS = ("forward", "backward")
 
@@ -35,6 +35,7 @@ def split_name(name: str):
     return name, None, None
 
 
+@functools.lru_cache(maxsize=256)
 def dtype_kind(dtype: str) -> str:
     d = dtype.lower()
     if "complex" in d:
@@ -48,9 +49,9 @@ def dtype_kind(dtype: str) -> str:
     return d
 
 
-def signature(record) -> tuple:
+def signature(rows) -> tuple:
     return tuple((row.role, tuple(row.shape) if row.is_tensor else row.obj.get("type"), dtype_kind(row.dtype))
-                 for row in record_rows("", record))
+                 for row in rows)
 
 
 def _group_key(name: str, parents: dict, rename) -> tuple:
@@ -79,8 +80,8 @@ def pair_records(target, golden, rename=lambda n: n) -> list:
             golden_names = set(g_names)
             partner.update({n: rename(n) for n in t_names if rename(n) in golden_names})
             continue
-        sig_t = [signature(target.records[n]) for n in t_names]
-        sig_g = [signature(golden.records[n]) for n in g_names]
+        sig_t = [signature(target.rows(n)) for n in t_names]
+        sig_g = [signature(golden.rows(n)) for n in g_names]
         matcher = difflib.SequenceMatcher(None, sig_t, sig_g, autojunk=False)
         for block in matcher.get_matching_blocks():
             for i in range(block.size):

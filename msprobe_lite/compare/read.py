@@ -33,6 +33,15 @@ class Dump:
     records: dict                      # name -> record, in execution order
     stacks: dict = field(default_factory=dict)     # record name -> frames
     parents: dict = field(default_factory=dict)    # record name -> parent record name
+    _rows: dict = field(default_factory=dict, repr=False)
+
+    def rows(self, name: str) -> list:
+        """The record flattened into rows, computed once (pairing, precision and judging all use them)."""
+        rows = self._rows.get(name)
+        if rows is None:
+            from .rows import record_rows
+            rows = self._rows[name] = record_rows(name, self.records[name])
+        return rows
 
 
 def _load_json(path: str, what: str):

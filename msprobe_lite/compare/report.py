@@ -13,6 +13,11 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 def cell(value):
     """A CSV cell: numbers stay numbers (inf/nan spelled out), text that a spreadsheet would run as a
     formula is neutralised with a leading apostrophe, None is empty."""
+    kind = type(value)
+    if kind is float:
+        return value if value - value == 0 else ("nan" if value != value else ("inf" if value > 0 else "-inf"))
+    if kind is int:
+        return value
     if value is None:
         return ""
     if isinstance(value, bool):

@@ -1,0 +1,72 @@
+"""Compare throughput: two synthetic statistics dumps of N records (default 100k), timed end to end.
+
+The records look like an L1 dump (two tensor inputs, a scalar keyword, one output; a forward and a
+backward record per call, a few hundred APIs). Reports records/s and MB/s of dump.json read.
+
+    .venv/bin/python tools/bench_compare.py --records 100000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from msprobe_lite.compare import compare  # noqa: E402
+
+
+def tensor(rng, shape, scale=1.0):
+    mx, mn = rng.random() * scale, -rng.random() * scale
+    return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": shape, "Max": mx, "Min": mn,
+            "Mean": (mx + mn) / 4, "Norm": scale * 10 * rng.random() + 1, "requires_grad": True}
+
+
+def write_dump(folder, records, seed, noise):
+    rng = random.Random(seed)
+    base = random.Random(0)
+    data = {}
+    apis = [f"op{i}" for i in range(300)]
+    counters = {}
+    for i in range(records // 2):
+        api = apis[base.randrange(len(apis))]
+        n = counters[api] = counters.get(api, -1) + 1
+        shape = [8, 128, 256]
+        fwd = {"input_args": [tensor(base, shape), tensor(base, shape)],
+               "input_kwargs": {"alpha": {"type": "float", "value": 1.0}}, "output": [tensor(base, shape)]}
+        bwd = {"input": [tensor(base, shape)], "output": [tensor(base, shape), tensor(base, shape)]}
+        for rec in (fwd, bwd):
+            for part in rec.values():
+                for t in (part if isinstance(part, list) else []):
+                    t["Mean"] += noise * rng.random()
+        data[f"Functional.{api}.{n}.forward"] = fwd
+        data[f"Functional.{api}.{n}.backward"] = bwd
+    os.makedirs(folder)
+    path = os.path.join(folder, "dump.json")
+    with open(path, "w") as f:  # json.dumps: the C encoder (json.dump to a file is pure Python)
+        f.write(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
+                            "data": data}))
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        target = write_dump(os.path.join(tmp, "t", "step0", "rank"), args.records, 1, 1e-6)
+        golden = write_dump(os.path.join(tmp, "g", "step0", "rank"), args.records, 2, 0.0)
+        size = os.path.getsize(target) + os.path.getsize(golden)
+        start = time.perf_counter()
+        compare(target, golden, os.path.join(tmp, "out"), quiet=True, html=True)
+        elapsed = time.perf_counter() - start
+    print(f"{args.records} records per side, {size / 1e6:.1f} MB of dump.json: {elapsed:.2f} s, "
+          f"{args.records / elapsed:,.0f} records/s, {size / 1e6 / elapsed:.1f} MB/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
