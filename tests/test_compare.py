@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -262,3 +263,20 @@ def test_overflow_check_command(tmp_path, capsys):
     assert first["name"] == "Torch.matmul.0.forward"
     assert first["parents"][0] == "Module.blocks.0.attn.Attention.forward.0"
     assert "first overflow: Torch.matmul.0.forward" in capsys.readouterr().out
+
+
+def test_xlsx_highlights_and_several_steps_in_parallel(tmp_path):
+    from openpyxl import load_workbook
+
+    for side, fault in (("g", None), ("t", "gelu")):
+        dump_transformer(tmp_path / side, fault=fault)
+        shutil.copytree(tmp_path / side / "step0", tmp_path / side / "step1")  # a dump root with two steps
+    s = compare(str(tmp_path / "t"), str(tmp_path / "g"), str(tmp_path / "out"), quiet=True, xlsx=True, workers=2)
+    assert [p["step"] for p in s.pairs] == [0, 1]
+    assert all(p["first_divergence"]["name"] == "Functional.gelu.0.forward" for p in s.pairs)
+    book = load_workbook(next(f for f in s.files if f.endswith(".xlsx")))
+    sheet = book.active
+    header = [c.value for c in sheet[1]]
+    result = header.index("Result")
+    colours = {row[result].value: row[0].fill.fgColor.rgb for row in sheet.iter_rows(min_row=2)}
+    assert colours["error"].endswith("FFC7CE") and colours["pass"] in (None, "00000000")

@@ -192,12 +192,38 @@ def compare_one(step, rank, target_path, golden_path, output_dir, rename, timest
     return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules}
 
 
+def _one_in_worker(args):
+    step, rank, t_path, g_path, output_dir, mapping, timestamp, xlsx = args
+    try:
+        return compare_one(step, rank, t_path, g_path, output_dir, _load_mapping(mapping), timestamp, xlsx, None)
+    except DumpError as exc:
+        raise CompareError(str(exc)) from None
+
+
+def _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, progress, workers):
+    """Each step/rank pair is independent: several pairs are compared in parallel processes."""
+    workers = min(workers or os.cpu_count() or 1, len(inputs))
+    if workers <= 1:
+        for step, rank, t_path, g_path in inputs:
+            try:
+                yield compare_one(step, rank, t_path, g_path, output_dir, rename, timestamp, xlsx, progress)
+            except DumpError as exc:
+                raise CompareError(str(exc)) from None
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = [(s, r, t, g, output_dir, mapping, timestamp, xlsx) for s, r, t, g in inputs]
+    with ProcessPoolExecutor(workers) as pool:
+        yield from pool.map(_one_in_worker, jobs)
+
+
 def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bool = False, html: bool = True,
-            mapping: str | None = None, quiet: bool = False) -> Summary:
+            mapping: str | None = None, quiet: bool = False, workers: int | None = None) -> Summary:
     """Compare a target dump with a golden dump (dump.json, rank folder, step folder or dump root).
 
     Writes compare_result_rank{R}_step{N}_{timestamp}.csv per pair, summary.json and report.html to
-    `output_dir` (default ./compare_output), prints one line per pair, and returns the summary."""
+    `output_dir` (default ./compare_output), prints one line per pair, and returns the summary. Several
+    step/rank pairs are compared in up to `workers` processes (default: one per CPU)."""
     output_dir = output_dir or "compare_output"
     rename = _load_mapping(mapping)
     try:
@@ -212,12 +238,8 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
         print(f"\rcomparing {i}/{n} calls", end="", file=sys.stderr, flush=True)
 
     summary, details = None, []
-    for step, rank, t_path, g_path in inputs:
-        try:
-            mode, pair, files, detail = compare_one(step, rank, t_path, g_path, output_dir, rename, timestamp,
-                                                    xlsx, progress if tty else None)
-        except DumpError as exc:
-            raise CompareError(str(exc)) from None
+    for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx,
+                                              progress if tty else None, workers):
         if tty:
             print("\r", end="", file=sys.stderr)
         summary = summary or Summary(mode)
