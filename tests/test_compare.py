@@ -280,3 +280,27 @@ def test_xlsx_highlights_and_several_steps_in_parallel(tmp_path):
     result = header.index("Result")
     colours = {row[result].value: row[0].fill.fgColor.rgb for row in sheet.iter_rows(min_row=2)}
     assert colours["error"].endswith("FFC7CE") and colours["pass"] in (None, "00000000")
+
+
+def test_several_reference_proc_folders_pair_by_position(tmp_path):
+    ref = os.path.join(DATA, "msprobe_L0", "step0", os.listdir(os.path.join(DATA, "msprobe_L0", "step0"))[0])
+    for side in ("t", "g"):
+        for proc in ("proc111", "proc222"):
+            shutil.copytree(ref, tmp_path / side / "step0" / proc)
+    s = run(tmp_path / "t" / "step0", tmp_path / "g" / "step0", tmp_path / "out")
+    assert [p["rank"] for p in s.pairs] == [0, 1]
+    assert [p["target"].split(os.sep)[-2] for p in s.pairs] == ["proc111", "proc222"]
+    assert [p["golden"].split(os.sep)[-2] for p in s.pairs] == ["proc111", "proc222"]
+    assert len({p["result_file"] for p in s.pairs}) == 2
+
+
+def test_dtype_spellings_of_both_frameworks_are_the_same_dtype():
+    from msprobe_lite.compare.judge import Judge
+    from msprobe_lite.compare.rows import OUTPUT, Row
+
+    t = Row("x.output.0", OUTPUT, {"type": "mindspore.Tensor", "dtype": "Int64", "shape": [2], "Max": 3, "Min": 1,
+                                   "Mean": 2.0, "Norm": 3.2})
+    g = Row("x.output.0", OUTPUT, {"type": "torch.Tensor", "dtype": "torch.int64", "shape": [2], "Max": 3, "Min": 1,
+                                   "Mean": 2.0, "Norm": 3.2})
+    _, err, problems = Judge("statistics")._row(t, g, None, None)
+    assert err == 0 and problems == []

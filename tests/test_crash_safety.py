@@ -84,3 +84,30 @@ def test_a_failing_hook_reports_once_and_training_goes_on(tmp_path, capsys, monk
     assert err.count("internal failure in forward hook") <= 1
     assert "training continues" in err
     assert torch.isfinite(out).all()
+
+
+def test_sigterm_while_a_step_is_being_written_still_terminates(tmp_path):
+    code = textwrap.dedent(f"""
+        import sys, time, torch
+        sys.path.insert(0, {ROOT!r}); sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
+        import msprobe_lite.pytorch.summary as S
+        original = S.save_tensor
+        def slow(t, p):
+            time.sleep(0.5)
+            original(t, p)
+        S.save_tensor = slow
+        from msprobe_lite.pytorch import PrecisionDebugger
+        d = PrecisionDebugger(dump_path={str(tmp_path / 'dump')!r}, level="L1", task="tensor")
+        d.start()
+        for _ in range(20):
+            torch.exp(torch.ones(3))
+        print("writing", flush=True, file=sys.stderr)
+        d.stop()                       # waits for 20+ slow file writes
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    while "writing" not in proc.stderr.readline():
+        pass
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)             # before the fix: deadlock on the session lock, never exits
+    assert proc.returncode == -signal.SIGTERM

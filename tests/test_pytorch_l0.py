@@ -197,7 +197,7 @@ def test_list_of_models_prefixes_index(tmp_path):
     assert list(data(tmp_path))[:2] == ["Module.0.0.Linear.forward.0", "Module.1.0.Linear.forward.0"]
 
 
-def test_start_every_step_hooks_once_and_hooks_gone_after_last_step(tmp_path):
+def test_start_every_step_hooks_once_and_hooks_gone_after_last_step(tmp_path, capsys):
     model, x, y = make("mlp")
     d = dbg(tmp_path, step=[0, 1])
     for _ in range(4):
@@ -212,6 +212,7 @@ def test_start_every_step_hooks_once_and_hooks_gone_after_last_step(tmp_path):
         assert not module._forward_pre_hooks and not module._forward_hooks
     for p in model.parameters():
         assert not p._post_accumulate_grad_hooks
+    assert capsys.readouterr().err.count("last selected step dumped") == 1  # said once, not every step
 
 
 def test_missing_model_at_module_level_is_a_clear_error(tmp_path):

@@ -54,6 +54,11 @@ class Verdict:
             self.reasons.append(reason)
 
 
+def same_dtype(dtype: str) -> str:
+    """One spelling for a dtype across frameworks: `torch.int64`, `Int64` and `int64` are the same."""
+    return dtype.lower().replace("torch.", "").replace("mindspore.", "")
+
+
 def _worse(a: str, b: str) -> str:
     return a if _RANK[a] >= _RANK[b] else b
 
@@ -96,7 +101,8 @@ class Judge:
             return out, err, problems
         if list(t_row.shape or []) != list(g_row.shape or []):
             return out, math.inf, [f"shape differs: {t_row.shape} vs {g_row.shape}"]
-        if t_row.dtype != g_row.dtype and not (dtype_kind(t_row.dtype) == dtype_kind(g_row.dtype) == "float"):
+        if same_dtype(t_row.dtype) != same_dtype(g_row.dtype) \
+                and not (dtype_kind(t_row.dtype) == dtype_kind(g_row.dtype) == "float"):
             problems.append(f"dtype differs: {t_row.dtype} vs {g_row.dtype}")
         if self.mode == "statistics":
             for key, col in zip(STATS, ("Max", "Min", "Mean", "L2norm")):
@@ -192,7 +198,7 @@ class Judge:
                 rows.append(row)
                 row_results.append((None, problems))
         errs[INPUT].append(upstream)
-        self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite)
+        self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, bool(arguments))
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
         for row, (t_row, problems) in zip(rows, row_results):
@@ -208,7 +214,7 @@ class Judge:
                         "NPU_Stack_Info": stack})
         return rows, verdict
 
-    def _decide(self, verdict, errs, extra, worst_eps, t_rows, new_nonfinite) -> None:
+    def _decide(self, verdict, errs, extra, worst_eps, t_rows, new_nonfinite, arguments_differ=False) -> None:
         tol = TOLERANCE_EPS * worst_eps if self.mode != "md5" else 0.0
         in_err = max(errs[INPUT], default=0.0)
         out_err = max(errs[OUTPUT], default=0.0)
@@ -220,8 +226,9 @@ class Judge:
             return
         if out_err > tol and in_err <= tol:
             verdict.introduced = True
-            verdict.raise_to(ERROR, f"introduced: outputs differ by {_fmt(out_err)} while inputs agree "
-                                    f"(differ by {_fmt(in_err)}, tolerance {_fmt(tol)})")
+            agree = "tensor inputs agree but a scalar argument differs" if arguments_differ else "inputs agree"
+            verdict.raise_to(ERROR, f"introduced: outputs differ by {_fmt(out_err)} while {agree} "
+                                    f"(tensors differ by {_fmt(in_err)}, tolerance {_fmt(tol)})")
         elif in_err < 0.1 and out_err > 0.5:  # the spec's coarse rule: an error, but inputs already differ
             verdict.raise_to(ERROR, f"outputs differ by {_fmt(out_err)} while inputs differ by only {_fmt(in_err)}")
         elif out_err > tol and out_err > AMPLIFICATION * in_err:

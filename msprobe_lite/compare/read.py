@@ -94,6 +94,23 @@ def _rank_number(name: str):
     return int(m.group(2)) if m and m.group(2) else None
 
 
+def _number_procs(found: list) -> list:
+    """The reference writes proc<pid> folders with no rank: several in one step are ranks 0, 1, ... in
+    sorted order (a lone one stays rank None, like `rank/`)."""
+    by_step: dict = {}
+    for step, rank, path in found:
+        by_step.setdefault(step, []).append((step, rank, path))
+    out = []
+    for items in by_step.values():
+        procs = [i for i in items if os.path.basename(os.path.dirname(i[2])).startswith("proc")]
+        if len(procs) > 1:
+            procs.sort(key=lambda i: i[2])
+            numbered = {i[2]: n for n, i in enumerate(procs)}
+            items = [(s, numbered.get(p, r), p) for s, r, p in items]
+        out += items
+    return out
+
+
 def _step_number(path: str):
     m = _STEP.match(os.path.basename(os.path.normpath(path)))
     return int(m.group(1)) if m else None
@@ -132,7 +149,7 @@ def resolve(path: str) -> list:
 
 def pair_inputs(target: str, golden: str) -> list:
     """[(step, rank, target dump.json, golden dump.json)], paired by step and rank number, not position."""
-    t, g = resolve(target), resolve(golden)
+    t, g = _number_procs(resolve(target)), _number_procs(resolve(golden))
     if len(t) == 1 and len(g) == 1:
         return [(t[0][0], t[0][1], t[0][2], g[0][2])]
     golden_by_key = {(s, r): p for s, r, p in g}

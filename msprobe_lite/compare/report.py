@@ -108,7 +108,7 @@ def write_html(path: str, summary: dict, details: list) -> None:
             parts.append("<h3>First divergence</h3><table>")
             for key in ("name", "golden_name", "reason"):
                 parts.append(f"<tr><th>{key}</th><td>{html.escape(str(fd[key]))}</td></tr>")
-            parts.append(f"<tr><th>parents</th><td>{html.escape(' &lt; '.join(fd['parents']) or '-')}</td></tr>")
+            parts.append(f"<tr><th>parents</th><td>{' &lt; '.join(html.escape(p) for p in fd['parents']) or '-'}</td></tr>")
             stack = "<br>".join(html.escape(f) for f in fd.get("stack") or [])
             parts.append(f"<tr><th>stack</th><td><code>{stack}</code></td></tr></table>")
         parts.append("<h3>Output error along execution order</h3>" + _svg_plot(d["errors"]))

@@ -45,7 +45,7 @@ class Session:
         self.step_open = False            # between start() and step(): backward still recorded
         self.finished = False             # past the last selected step: nothing more, ever
         self._warned_rank = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.files = writer.FileQueue()    # tensor files, written off the training thread
         self.numbers = config.task != "structure"
         self.tensor_list = config.statistics.tensor_list if config.task == "statistics" else []
@@ -171,9 +171,12 @@ class Session:
         log.warning("overflow %d: %s produced NaN/Inf%s", self.overflows, record.name, where)
         return True
 
-    def flush(self) -> None:
-        """Write the current step if anything changed since the last write."""
-        with self._lock:
+    def flush(self, blocking: bool = True) -> None:
+        """Write the current step if anything changed since the last write. `blocking=False` (exit and
+        signal paths) gives up rather than wait for a flush already running on this or another thread."""
+        if not self._lock.acquire(blocking):
+            return
+        with _Released(self._lock):
             if not self.dirty:
                 return
             try:
@@ -192,6 +195,19 @@ class Session:
                 report_failure(f"writing {self.folder()}", exc)
 
 
+class _Released:
+    """Releases an already acquired lock on exit (flush acquires it itself, possibly without blocking)."""
+
+    def __init__(self, lock):
+        self.lock = lock
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+
 # -- keeping what was collected when the process ends ----------------------------------------------------------
 _live: "weakref.WeakSet[Session]" = weakref.WeakSet()
 _guard_installed = False
@@ -200,7 +216,8 @@ _guard_installed = False
 def _flush_all() -> None:
     for session in list(_live):
         if session.step_open or session.dirty:
-            session.flush()
+            session.forward_on = False  # the debugger's own work from here on is not a user call
+            session.flush(blocking=False)
 
 
 def _on_sigterm(signum, frame, previous=None):

@@ -177,10 +177,17 @@ class ApiCapture(TorchFunctionMode):
 
     @guarded("distributed capture")
     def _after_collective(self, call, args, kwargs, result) -> None:
-        """The record's output: the tensor arguments after the operation, once it is complete."""
+        """The record's output: the tensor arguments after the operation, once it is complete. Completion of
+        an async op may come on the backend's thread and after the step ended: then nothing is recorded,
+        and within the step the session's lock keeps it from racing a flush."""
+        session, step = self.session, self.session.step
+
         def finish(_=None):
-            self.summarizer.forget(tensor_leaves((args, kwargs), is_tensor))  # changed in place, same version
-            self.recorder.end(call, None, recorded_output=list(args))
+            with session._lock:
+                if session.step != step or not session.step_open:
+                    return
+                self.summarizer.forget(tensor_leaves((args, kwargs), is_tensor))  # changed in place
+                self.recorder.end(call, None, recorded_output=list(args))
 
         future = getattr(result, "get_future", None)
         if callable(future):

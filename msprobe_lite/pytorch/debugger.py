@@ -96,6 +96,8 @@ class PrecisionDebugger:
     @guarded("step()")
     def step(self) -> None:
         """End the step: write it (backward records included) and move to the next one."""
+        if self.session.finished:
+            return
         if self.apis is not None:
             self.apis.deactivate()
         self.session.next_step()

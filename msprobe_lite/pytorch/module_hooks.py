@@ -15,7 +15,7 @@ import torch
 
 from ..core.naming import BACKWARD, FORWARD, module_record, params_grad_record
 from ..core.records import Record
-from ..core.safety import guarded
+from ..core.safety import guarded, report_failure
 from .calls import Call
 
 
@@ -52,11 +52,14 @@ class ModuleHooks:
                                 f"got {type(root).__name__}")
             if root in self._hooked:
                 continue
-            self._hooked.add(root)
             prefix = f"{index}." if len(models) > 1 else ""
             for path, module in root.named_modules():
                 if module is not root:
-                    self._hook_module(module, prefix + path)
+                    try:
+                        self._hook_module(module, prefix + path)
+                    except Exception as exc:  # noqa: BLE001 - one odd module must not leave the rest unhooked
+                        report_failure(f"hooking {prefix + path}", exc, site="hooking a module")
+            self._hooked.add(root)
 
     def detach(self) -> None:
         for handle in self._handles:

@@ -182,6 +182,10 @@ class TorchSummarizer:
 
     def resolve(self) -> None:
         """Before the step is written: fetch pending device statistics and CRCs, queue deferred files."""
+        with torch._C.DisableTorchFunction():
+            self._resolve()
+
+    def _resolve(self) -> None:
         if self.session.pending:
             resolve_pending(self.session.pending)
             self.session.pending = []
