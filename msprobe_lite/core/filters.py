@@ -8,7 +8,7 @@ from __future__ import annotations
 from .naming import BACKWARD, FORWARD, PARAMS_GRAD, counterpart, direction_of
 
 
-def _matches_fragment(name: str, fragment: str) -> bool:
+def matches_fragment(name: str, fragment: str) -> bool:
     """`linear` matches every `*.linear.*`; a full record name matches that record."""
     return name == fragment or f".{fragment}." in f".{name}."
 
@@ -73,7 +73,7 @@ class RecordFilter:
             return False
         if direction == PARAMS_GRAD and BACKWARD not in self.directions:
             return False
-        if self.names and not any(_matches_fragment(name, f) for f in self.names):
+        if self.names and not any(matches_fragment(name, f) for f in self.names):
             return False
         return in_scope
 

@@ -1,7 +1,7 @@
 """The debugger never stops training: its own failures are reported once, loudly, and swallowed.
 
 `guarded` wraps every hook body. The first failure of each kind at each place is logged at ERROR level with
-its traceback; repeats are counted silently (the count appears in the final log line at exit).
+its traceback; repeats are not printed again.
 """
 from __future__ import annotations
 
@@ -47,12 +47,8 @@ def report_failure(where: str, exc: BaseException, site: str | None = None) -> N
     if count == 0:
         detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         log.error("internal failure in %s: %s: %s -- the data of this call is incomplete; training continues. "
-                  "Further failures of this kind are counted, not printed.\n%s",
+                  "Further failures of this kind are not printed.\n%s",
                   where, type(exc).__name__, exc, detail)
-
-
-def failure_counts() -> dict:
-    return dict(_seen)
 
 
 def guarded(where: str, default=None):

@@ -14,7 +14,7 @@ import threading
 import weakref
 
 from . import writer
-from .filters import RecordFilter, _matches_fragment
+from .filters import RecordFilter, matches_fragment
 from .records import Record, summaries_in
 from .safety import log, report_failure
 from .stacks import StackCollector
@@ -128,7 +128,7 @@ class Session:
         """Task tensor saves every dumped tensor; statistics saves those of records named in tensor_list."""
         if self.config.task == "tensor":
             return True
-        return bool(self.tensor_list) and any(_matches_fragment(name, f) for f in self.tensor_list)
+        return bool(self.tensor_list) and any(matches_fragment(name, f) for f in self.tensor_list)
 
     def tensor_folder(self) -> str:
         return os.path.join(self.folder(), "dump_tensor_data")

@@ -9,11 +9,6 @@ from __future__ import annotations
 from .records import NO_STATS
 
 
-def as_python(x):
-    """A numpy/framework scalar as a plain Python number (JSON writes it), keeping NaN/Inf."""
-    return x.item() if hasattr(x, "item") else x
-
-
 def numpy_stats(array) -> tuple:
     import numpy as np
 
