@@ -1,6 +1,7 @@
-"""One recorded call, the same way for a module and for an API: the forward record and its backward record.
+"""One recorded call, the same way for a module and for an API, in either framework: the forward record and
+its backward record.
 
-Why tensor hooks and not `register_full_backward_hook`: full backward hooks wrap a module's inputs and
+Why tensor hooks and not module backward hooks (`register_full_backward_hook` in PyTorch): full backward hooks wrap a module's inputs and
 outputs in an identity autograd Function. That forbids in-place ops on them (`nn.ReLU(inplace=True)`,
 `y.relu_()` on a module output: "Output 0 of BackwardHookFunction is a view and is being modified inplace")
 and regroups gradient sums, which can change gradients bitwise. Tensor hooks change nothing in the graph:
@@ -12,15 +13,9 @@ and regroups gradient sums, which can change gradients bitwise. Tensor hooks cha
 """
 from __future__ import annotations
 
-import torch
-
-from ..core.records import Record
-from ..core.safety import report_failure
-from ..core.values import tensor_leaves
-
-
-def is_tensor(v) -> bool:
-    return isinstance(v, torch.Tensor)
+from .records import Record
+from .safety import report_failure
+from .values import tensor_leaves
 
 
 class Call:
@@ -40,9 +35,10 @@ class Call:
 class BackwardCall:
     """Collects the gradients of one forward call as they arrive; the record appears with the first one."""
 
-    __slots__ = ("name", "session", "summarizer", "record", "n_in", "n_out", "parent", "save_as")
+    __slots__ = ("name", "session", "summarizer", "record", "n_in", "n_out", "parent", "save_as", "framework")
 
-    def __init__(self, name, session, summarizer, n_in):
+    def __init__(self, name, session, summarizer, n_in, framework):
+        self.framework = framework
         self.parent = None  # construct.json parent, written only if the record appears
         self.save_as = name if session.saves_tensors(name) else None
         self.name = name
@@ -56,9 +52,10 @@ class BackwardCall:
         """key `output` for the call's inputs, `input` for its outputs (the backward sees them reversed)."""
         if key == "input":
             self.n_out = len(tensors)
+        framework = self.framework
         for i, t in enumerate(tensors):
-            if t.requires_grad:
-                handles.append(t.register_hook(self._on_grad(key, i)))
+            if framework.may_get_grad(t):
+                handles.append(framework.on_grad(t, self._on_grad(key, i)))
 
     def _on_grad(self, key, index):
         def on_grad(grad):  # made for every hooked tensor: no decorator layer here, the guard is inline
@@ -90,7 +87,8 @@ class BackwardCall:
 class CallRecorder:
     """Begins and ends recorded calls; module hooks and the API capture both go through here."""
 
-    def __init__(self, session, summarizer):
+    def __init__(self, session, summarizer, framework):
+        self.framework = framework
         self.session = session
         self.summarizer = summarizer
         self.grad_handles = []   # tensor hooks of this step, removed when the step ends
@@ -112,9 +110,10 @@ class CallRecorder:
             if session.config.extra_info:
                 session.set_parent(name, parent)
                 session.stacks.add(name, session.stacks.capture())
-        if torch.is_grad_enabled() and flt.wants(bwd_name):
-            inputs = list(tensor_leaves((args, kwargs), is_tensor))
-            call.backward = BackwardCall(bwd_name, session, self.summarizer, len(inputs))
+        framework = self.framework
+        if framework.recording_gradients() and flt.wants(bwd_name):
+            inputs = list(tensor_leaves((args, kwargs), framework.is_tensor))
+            call.backward = BackwardCall(bwd_name, session, self.summarizer, len(inputs), framework)
             call.backward.hook(inputs, "output", self.grad_handles)
             call.backward.parent = bwd_parent
         return call
@@ -129,7 +128,8 @@ class CallRecorder:
             if not session.numbers or not call.record.is_empty():
                 session.add(call.record)
         if call.backward is not None:
-            call.backward.hook(list(tensor_leaves(output, is_tensor)), "input", self.grad_handles)
+            call.backward.hook(list(tensor_leaves(output, self.framework.is_tensor)), "input",
+                               self.grad_handles)
         session.filter.on_end(call.name)
 
     def end_step(self) -> None:

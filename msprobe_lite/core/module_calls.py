@@ -1,9 +1,11 @@
-"""Module-level (L0) capture for PyTorch: forward records, backward records and parameter gradients.
+"""Module-level (L0) capture, for PyTorch modules and MindSpore cells alike: forward records, backward records
+and parameter gradients.
 
 Forward pre/post hooks on every submodule (inputs are summarised before the module runs, so in-place
 modules show what they received); backward records through the tensor hooks of `calls.py`; parameter
-gradients through `register_post_accumulate_grad_hook`, i.e. after accumulation into `.grad`. The module
+gradients through the framework's parameter hook (PyTorch: after accumulation into `.grad`). The module
 stack kept here (per thread) gives construct.json its parents and tells the API capture which module runs.
+Both frameworks offer the same forward-hook signatures (`with_kwargs`, `always_call`).
 """
 from __future__ import annotations
 
@@ -11,22 +13,21 @@ import sys
 import threading
 import weakref
 
-import torch
-
-from ..core.naming import BACKWARD, FORWARD, module_record, params_grad_record
-from ..core.records import Record
-from ..core.safety import guarded, report_failure
 from .calls import Call
+from .naming import BACKWARD, FORWARD, module_record, params_grad_record
+from .records import Record
+from .safety import guarded, report_failure
 
 
 class ModuleHooks:
     """Hooks every submodule of the models given to `start()`, once; removed when the run finishes."""
 
-    def __init__(self, session, summarizer, recorder, kind: str = "Module"):
+    def __init__(self, session, summarizer, recorder, framework):
         self.session = session
         self.summarizer = summarizer
         self.recorder = recorder
-        self.kind = kind
+        self.framework = framework
+        self.kind = framework.module_kind
         self._hooked = weakref.WeakSet()  # root models already hooked (ids could be reused)
         self._handles = []                # module and parameter hook handles
         self._local = threading.local()
@@ -46,14 +47,15 @@ class ModuleHooks:
     # -- installing ----------------------------------------------------------------------------------------
     def attach(self, model) -> None:
         models = list(model) if isinstance(model, (list, tuple)) else [model]
+        expected = self.framework.module_type
         for index, root in enumerate(models):
-            if not isinstance(root, torch.nn.Module):
-                raise TypeError(f"start(model=...) expects a torch.nn.Module or a list/tuple of them, "
-                                f"got {type(root).__name__}")
+            if not isinstance(root, expected):
+                raise TypeError(f"start(model=...) expects a {expected.__module__}.{expected.__name__} or a "
+                                f"list/tuple of them, got {type(root).__name__}")
             if root in self._hooked:
                 continue
             prefix = f"{index}." if len(models) > 1 else ""
-            for path, module in root.named_modules():
+            for path, module in self.framework.submodules(root):
                 if module is not root:
                     try:
                         self._hook_module(module, prefix + path)
@@ -69,14 +71,13 @@ class ModuleHooks:
 
     def _hook_module(self, module, path: str) -> None:
         cls = type(module).__name__
-        params = list(module.named_parameters(recurse=False))
+        params = self.framework.own_parameters(module)
         handles = self._handles
         handles.append(module.register_forward_pre_hook(self._pre_hook(path, cls, params), with_kwargs=True))
         handles.append(module.register_forward_hook(self._post_hook(), with_kwargs=True, always_call=True))
         grad_record = params_grad_record(self.kind, path, cls, 0)
         for pname, param in params:
-            if param.requires_grad:
-                handles.append(param.register_post_accumulate_grad_hook(self._param_hook(grad_record, pname)))
+            handles.append(self.framework.on_param_grad(param, self._param_hook(grad_record, pname)))
 
     # -- hook bodies -----------------------------------------------------------------------------------------
     def _pre_hook(self, path, cls, params):
@@ -115,8 +116,8 @@ class ModuleHooks:
         session, summarizer = self.session, self.summarizer
 
         @guarded(f"parameter-gradient hook of {record_name}")
-        def on_accumulated(param):
-            if not session.step_open or param.grad is None:
+        def on_grad(grad):
+            if not session.step_open or grad is None:
                 return
             record = session.records.get(record_name)
             if record is None:
@@ -125,6 +126,6 @@ class ModuleHooks:
                 record = session.add(Record(record_name))
             if session.numbers:
                 save_as = record_name if session.saves_tensors(record_name) else None
-                record.data[pname] = [summarizer.summarize(param.grad, save_as=save_as, path=(pname,))]
+                record.data[pname] = [summarizer.summarize(grad, save_as=save_as, path=(pname,))]
             session.touch()
-        return on_accumulated
+        return on_grad

@@ -26,7 +26,7 @@ from torch.overrides import TorchFunctionMode
 from ..core.naming import BACKWARD, FORWARD, api_record
 from ..core.safety import guarded, log
 from ..core.values import tensor_leaves
-from .calls import is_tensor
+from .framework import TorchFramework
 
 API_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apis.yaml")
 # Later sections win when two names are the same object (F.conv2d is torch.conv2d): the most specific name.
@@ -186,7 +186,7 @@ class ApiCapture(TorchFunctionMode):
             with session._lock:
                 if session.step != step or not session.step_open:
                     return
-                self.summarizer.forget(tensor_leaves((args, kwargs), is_tensor))  # changed in place
+                self.summarizer.forget(tensor_leaves((args, kwargs), TorchFramework.is_tensor))  # changed in place
                 self.recorder.end(call, None, recorded_output=list(args))
 
         future = getattr(result, "get_future", None)

@@ -10,10 +10,11 @@ import torch
 from ..config import load_config
 from ..core.safety import guarded, log
 from ..core.session import Session
+from ..core.calls import CallRecorder
+from ..core.module_calls import ModuleHooks
 from .api_capture import ApiCapture
-from .calls import CallRecorder
-from .module_hooks import ModuleHooks
 from .debug_save import DebugSaver
+from .framework import TorchFramework
 from .summary import TorchSummarizer
 
 MODULE_LEVELS = ("L0", "mix")
@@ -39,9 +40,10 @@ class PrecisionDebugger:
         self.session = Session(self.config, "pytorch", "Module", ("torch",), current_rank)
         self.summarizer = TorchSummarizer(self.session)
         self.session.resolver = self.summarizer.resolve
-        self.recorder = CallRecorder(self.session, self.summarizer)
+        self.recorder = CallRecorder(self.session, self.summarizer, TorchFramework)
         level = self.config.level
-        self.modules = ModuleHooks(self.session, self.summarizer, self.recorder) if level in MODULE_LEVELS else None
+        self.modules = (ModuleHooks(self.session, self.summarizer, self.recorder, TorchFramework)
+                        if level in MODULE_LEVELS else None)
         self.apis = (ApiCapture(self.session, self.recorder, self.summarizer, self.modules)
                      if level in API_LEVELS else None)
         self.saver = DebugSaver(self.session, self.summarizer, self.recorder)

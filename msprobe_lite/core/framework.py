@@ -1,0 +1,49 @@
+"""What the framework-neutral hook logic needs to know about a framework: the adapter's side of the contract.
+
+`core.calls` and `core.module_calls` record calls the same way for PyTorch and MindSpore; everything that
+differs (what a tensor is, how a gradient hook is attached, how a model lists its submodules) goes through
+one object of a subclass of `Framework`, provided by the adapter.
+"""
+from __future__ import annotations
+
+
+class Framework:
+    """Hooks into one framework's tensors and modules. Every method is called on the hot path: keep them thin."""
+
+    name = ""          # dump.json's "framework"
+    module_kind = ""   # record prefix of modules: "Module" or "Cell"
+    module_type: type = object  # the class every hooked model (and submodule) is an instance of
+
+    @staticmethod
+    def is_tensor(value) -> bool:
+        raise NotImplementedError
+
+    @staticmethod
+    def recording_gradients() -> bool:
+        """Whether a gradient can flow through what runs now (autograd on, or inside a grad function)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def may_get_grad(tensor) -> bool:
+        """False only when `tensor` certainly receives no gradient (then no hook is attached)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def on_grad(tensor, fn):
+        """Call `fn(grad)` when the gradient w.r.t. `tensor` is computed; returns a handle with `remove()`."""
+        raise NotImplementedError
+
+    @staticmethod
+    def submodules(root):
+        """(path, module) of every module under `root`, the root itself included with path ""."""
+        raise NotImplementedError
+
+    @staticmethod
+    def own_parameters(module) -> list:
+        """(name, parameter) of the module's own trainable parameters, not its children's."""
+        raise NotImplementedError
+
+    @staticmethod
+    def on_param_grad(param, fn):
+        """Call `fn(grad)` with the parameter's gradient once it is final for the step; returns a handle."""
+        raise NotImplementedError

@@ -1,0 +1,47 @@
+"""PyTorch's side of the hook contract (`core.framework.Framework`): tensors, autograd hooks, module trees."""
+from __future__ import annotations
+
+import torch
+
+from ..core.framework import Framework
+
+
+class TorchFramework(Framework):
+    name = "pytorch"
+    module_kind = "Module"
+    module_type = torch.nn.Module
+
+    @staticmethod
+    def is_tensor(value) -> bool:
+        return isinstance(value, torch.Tensor)
+
+    recording_gradients = staticmethod(torch.is_grad_enabled)
+
+    @staticmethod
+    def may_get_grad(tensor) -> bool:
+        return tensor.requires_grad
+
+    @staticmethod
+    def on_grad(tensor, fn):
+        return tensor.register_hook(fn)
+
+    @staticmethod
+    def submodules(root):
+        return root.named_modules()
+
+    @staticmethod
+    def own_parameters(module) -> list:
+        return [(name, p) for name, p in module.named_parameters(recurse=False)]
+
+    @staticmethod
+    def on_param_grad(param, fn):
+        """After accumulation into `.grad`: what the optimizer will use, summed over micro-batches."""
+        if not param.requires_grad:
+            return _NoHandle
+        return param.register_post_accumulate_grad_hook(lambda p: fn(p.grad))
+
+
+class _NoHandle:
+    @staticmethod
+    def remove() -> None:
+        pass
