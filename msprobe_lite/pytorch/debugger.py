@@ -11,9 +11,9 @@ from ..config import load_config
 from ..core.safety import guarded, log
 from ..core.session import Session
 from ..core.calls import CallRecorder
+from ..core.debug_save import DebugSaver
 from ..core.module_calls import ModuleHooks
 from .api_capture import ApiCapture
-from .debug_save import DebugSaver
 from .framework import TorchFramework
 from .summary import TorchSummarizer
 

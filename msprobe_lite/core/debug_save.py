@@ -6,32 +6,32 @@ written to debug.json. The gradient record mirrors the value's nesting, each ten
 """
 from __future__ import annotations
 
-import torch
-
-from ..core.naming import debug_record
-from ..core.records import Record
-from ..core.safety import report_failure
+from .naming import debug_record
+from .records import Record
+from .safety import report_failure
 
 
-def _grad_slots(value, holder, key, path, slots) -> None:
+def _grad_slots(value, holder, key, path, slots, framework) -> None:
     """Mirror `value` into holder[key] with None at every tensor; collect (holder, key, tensor, path)."""
-    if isinstance(value, torch.Tensor):
+    if framework.is_tensor(value):
         holder[key] = None
-        if value.requires_grad:
+        if framework.may_get_grad(value):
             slots.append((holder, key, value, path))
     elif isinstance(value, (list, tuple)):
         holder[key] = items = [None] * len(value)
         for i, v in enumerate(value):
-            _grad_slots(v, items, i, path + (i,), slots)
+            _grad_slots(v, items, i, path + (i,), slots, framework)
     elif isinstance(value, dict):
         holder[key] = fields = {}
         for k, v in value.items():
-            _grad_slots(v, fields, str(k), path + (str(k),), slots)
+            _grad_slots(v, fields, str(k), path + (str(k),), slots, framework)
     else:
         holder[key] = None
 
 
 class DebugSaver:
+    """Level `debug`: records what the user passes to `save()`, and its gradient."""
+
     def __init__(self, session, summarizer, recorder):
         self.session = session
         self.summarizer = summarizer
@@ -45,12 +45,13 @@ class DebugSaver:
         record_name = debug_record(name, k)
         save_as = record_name if session.saves_tensors(record_name) else None
         session.add(Record(record_name, self.summarizer.encode(variable, (), save_as)))
-        if save_backward and torch.is_grad_enabled():
+        if save_backward and self.recorder.framework.recording_gradients():
             self._watch_gradients(variable, debug_record(f"{name}_grad", k))
 
     def _watch_gradients(self, variable, record_name: str) -> None:
         root, slots = [None], []
-        _grad_slots(variable, root, 0, (), slots)
+        framework = self.recorder.framework
+        _grad_slots(variable, root, 0, (), slots, framework)
         session, summarizer = self.session, self.summarizer
         save_as = record_name if session.saves_tensors(record_name) else None
         state = {"record": None}
@@ -70,4 +71,4 @@ class DebugSaver:
             return on_grad
 
         for holder, key, tensor, path in slots:
-            self.recorder.grad_handles.append(tensor.register_hook(hook_for(holder, key, path)))
+            self.recorder.grad_handles.append(framework.on_grad(tensor, hook_for(holder, key, path)))
