@@ -1,26 +1,21 @@
 """Tensor summaries for PyTorch: statistics computed once per tensor value, without waiting for the device.
 
-A tensor that is the output of one call and the input of the next is summarised once: summaries are cached
-by (object identity, version counter) for the step, and an in-place change bumps the version, so the cache
-never returns stale numbers. On CPU the four statistics come back in one `tolist()`; on an accelerator they
-stay a small device tensor (`Pending`) until the step is written, then all of them are fetched in one batch.
+Caching per (identity, `_version`) and tensor files come from `core.summary`. On CPU the four statistics
+come back in one `tolist()`; on an accelerator they stay a small device tensor (`Pending`) until the step is written, then all of them are fetched in one batch.
 """
 from __future__ import annotations
 
-import functools
 import io
 import math
-import os
-import weakref
 
 import numpy as np
 import torch
 from zlib_ng import zlib_ng
 
-from ..core.naming import data_file_name
-from ..core.records import NO_STATS, Pending, SavedTensor, TensorSummary
+from ..core.records import NO_STATS, Pending, TensorSummary
+from ..core.summary import Summarizer
 from ..core.values import ValueEncoder
-from ..core.writer import link_or_copy, make_dirs, write_bytes_atomic
+from ..core.writer import write_bytes_atomic
 
 TENSOR_EXT = ".pt"
 
@@ -163,124 +158,39 @@ def _encode_device(v):
     return {"type": "torch.device", "value": str(v)}
 
 
-class TorchSummarizer:
-    """Turns call arguments into encoded values with `TensorSummary` leaves, caching per tensor value."""
+class TorchSummarizer(Summarizer):
+    """Summaries of torch tensors; statistics of accelerator tensors are fetched in one batch per step."""
+
+    tensor_ext = TENSOR_EXT
 
     def __init__(self, session):
-        self.session = session
-        config = session.config
-        self.md5 = config.task == "statistics" and config.statistics.summary_mode == "md5"
-        self.defer = config.async_dump   # device values and files wait for the end of the step
-        self._cache: dict = {}
-        self._snapshots: dict = {}       # id -> (weakref, version, first file): a value is saved once a step
-        self._folders: set = set()       # tensor folders already created
-        self._pending_crc: list = []     # (device copy, summary), async_dump on an accelerator
-        self._deferred_files: list = []  # (write, path), async_dump: queued when the step is written
-        self.encoder = ValueEncoder(
+        super().__init__(session, ValueEncoder(
             lambda v: isinstance(v, torch.Tensor),
-            {torch.Size: _encode_size, torch.dtype: _encode_dtype, torch.device: _encode_device}, torch.Tensor)
+            {torch.Size: _encode_size, torch.dtype: _encode_dtype, torch.device: _encode_device}, torch.Tensor))
+        self._pending_crc: list = []     # (device copy, summary), async_dump on an accelerator
 
-    def resolve(self) -> None:
-        """Before the step is written: fetch pending device statistics and CRCs, queue deferred files."""
-        with torch._C.DisableTorchFunction():
-            self._resolve()
+    # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
+    # recorded by the API capture nor pay its per-call overhead.
+    quiet = staticmethod(torch._C.DisableTorchFunction)
 
-    def _resolve(self) -> None:
+    @staticmethod
+    def version(t):
+        return t._version
+
+    def _resolve_device(self) -> None:
         if self.session.pending:
             resolve_pending(self.session.pending)
             self.session.pending = []
         for copy, summary in self._pending_crc:
             summary.md5 = crc32_hex(copy.cpu())
         self._pending_crc = []
-        for write, path in self._deferred_files:
-            self.session.files.submit(write, path)
-        self._deferred_files = []
 
-    def reset(self) -> None:
-        self._cache.clear()
-        self._snapshots.clear()
+    def _snapshot(self, t):
+        copy = t.detach().clone()
+        return copy if self.defer else copy.cpu()  # async_dump: no transfer until the step ends
 
-    def forget(self, tensors) -> None:
-        """Drop cached summaries of tensors changed without a version bump (collectives write in place)."""
-        for t in tensors:
-            self._cache.pop(id(t), None)
-
-    # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
-    # recorded by the API capture nor pay its per-call overhead.
-    # `save_as` (a record name) also saves each tensor to a file named after its place in that record.
-    def encode(self, value, path: tuple = (), save_as: str | None = None):
-        with torch._C.DisableTorchFunction():
-            return self.encoder.encode(value, self._leaf(save_as), path)
-
-    def encode_call(self, args, kwargs, save_as: str | None = None) -> tuple:
-        """(input_args, input_kwargs) of a call, encoded in one pass."""
-        leaf = self._leaf(save_as)
-        with torch._C.DisableTorchFunction():
-            return (self.encoder.encode(args, leaf, ("input_args",)),
-                    self.encoder.encode(kwargs, leaf, ("input_kwargs",)))
-
-    def encode_output(self, output, save_as: str | None = None) -> list:
-        """`output` is always a list: a tuple/list result is encoded item by item, anything else is wrapped."""
-        if isinstance(output, (list, tuple)) and not hasattr(output, "_fields"):
-            return self.encode(output, ("output",), save_as)
-        return [self.encode(output, ("output", 0), save_as)]
-
-    def summarize(self, t: torch.Tensor, fresh: bool = False, save_as: str | None = None, path: tuple = ()):
-        """Summary of `t` now; `fresh` skips the cache (for buffers changed behind autograd's back)."""
-        with torch._C.DisableTorchFunction():
-            summary = self._cached(t, fresh)
-            return self._saved(t, summary, save_as, path) if save_as is not None else summary
-
-    def _leaf(self, save_as):
-        if save_as is None:
-            return self._tensor_leaf
-        return lambda t, path: self._saved(t, self._cached(t), save_as, path)
-
-    def _saved(self, t, summary, record: str, path: tuple) -> SavedTensor:
-        """Save the value of `t` now as `{record}.{category}.{index}.pt`. A value already saved this step
-        (the output of one call is the input of the next) is not copied or serialised again: its file gets
-        a second name (a hard link)."""
-        name = data_file_name(record, path, TENSOR_EXT)
-        folder = self.session.tensor_folder()
-        target = os.path.join(folder, name)
-        if folder not in self._folders:
-            make_dirs(folder)
-            self._folders.add(folder)
-        key, version = id(t), t._version
-        cached = self._snapshots.get(key)
-        if cached is not None and cached[0]() is t and cached[1] == version:
-            write = functools.partial(link_or_copy, cached[2], target)
-        else:
-            copy = t.detach().clone()
-            try:
-                self._snapshots[key] = (weakref.ref(t), version, target)
-            except TypeError:
-                pass
-            if self.defer:  # keep the (device) copy until the step ends; no transfer now
-                self._deferred_files.append((lambda c=copy, p=target: save_tensor(c.cpu(), p), target))
-                return SavedTensor(summary, name)
-            write = functools.partial(save_tensor, copy.cpu(), target)
-        if self.defer:
-            self._deferred_files.append((write, target))
-        else:
-            self.session.files.submit(write, target)
-        return SavedTensor(summary, name)
-
-    def _tensor_leaf(self, t, path):
-        return self._cached(t)
-
-    def _cached(self, t: torch.Tensor, fresh: bool = False) -> TensorSummary:
-        key = id(t)
-        cached = self._cache.get(key)
-        version = t._version
-        if not fresh and cached is not None and cached[0]() is t and cached[1] == version:
-            return cached[2]
-        summary = self._summarize(t)
-        try:
-            self._cache[key] = (weakref.ref(t), version, summary)
-        except TypeError:  # tensor types that refuse weak references are simply not cached
-            pass
-        return summary
+    def _write(self, copy, path: str) -> None:
+        save_tensor(copy.cpu(), path)
 
     def _summarize(self, t: torch.Tensor) -> TensorSummary:
         summary = TensorSummary("torch.Tensor", str(t.dtype), list(t.shape), NO_STATS, t.requires_grad)

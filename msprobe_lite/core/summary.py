@@ -1,0 +1,154 @@
+"""From call arguments to encoded values with `TensorSummary` leaves: the framework-neutral half of summarising.
+
+A tensor that is the output of one call and the input of the next is summarised once: summaries are cached
+by (object identity, version) for the step. Only a framework whose tensors carry a version counter that every
+in-place change bumps (PyTorch's `_version`) gets the cache; without one, a cached summary could be stale, so
+each sighting is summarised anew. Tensor files (task `tensor`, `tensor_list`) are named after the value's
+place in its record; a value already saved this step gets a hard link instead of a second copy.
+
+An adapter subclasses `Summarizer` and supplies how to summarise one tensor, how to copy and write one, and
+`quiet()`, which keeps the debugger's own tensor work out of the API capture.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import weakref
+
+from .naming import data_file_name
+from .records import SavedTensor, TensorSummary
+from .writer import link_or_copy, make_dirs
+
+
+class Summarizer:
+    tensor_ext = ".pt"
+
+    def __init__(self, session, encoder):
+        self.session = session
+        self.encoder = encoder
+        config = session.config
+        self.md5 = config.task == "statistics" and config.statistics.summary_mode == "md5"
+        self.defer = config.async_dump   # device values and files wait for the end of the step
+        self._cache: dict = {}
+        self._snapshots: dict = {}       # id -> (weakref, version, first file): a value is saved once a step
+        self._folders: set = set()       # tensor folders already created
+        self._deferred_files: list = []  # (write, path), async_dump: queued when the step is written
+
+    # -- what an adapter provides ----------------------------------------------------------------------------
+    def quiet(self):
+        """Context in which the debugger's own framework calls are neither captured nor slowed down."""
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def version(t):
+        """A value that changes with every in-place change of `t`, or None when the framework has none."""
+        return None
+
+    def _summarize(self, t) -> TensorSummary:
+        raise NotImplementedError
+
+    def _snapshot(self, t):
+        """A copy of `t`'s value now (it may change in place later); may stay on the device."""
+        raise NotImplementedError
+
+    def _write(self, copy, path: str) -> None:
+        """Save `copy` (from `_snapshot`) as the tensor file `path`, atomically; runs on the writer thread."""
+        raise NotImplementedError
+
+    def _resolve_device(self) -> None:
+        """Fetch whatever statistics still live on a device (one batch per step)."""
+
+    # -- the step's end --------------------------------------------------------------------------------------
+    def resolve(self) -> None:
+        """Before the step is written: fetch pending device values, queue deferred files."""
+        with self.quiet():
+            self._resolve_device()
+        for write, path in self._deferred_files:
+            self.session.files.submit(write, path)
+        self._deferred_files = []
+
+    def reset(self) -> None:
+        self._cache.clear()
+        self._snapshots.clear()
+
+    def forget(self, tensors) -> None:
+        """Drop cached summaries of tensors changed without a version bump (collectives write in place)."""
+        for t in tensors:
+            self._cache.pop(id(t), None)
+
+    # -- entry points (hooks call these) --------------------------------------------------------------------
+    # `save_as` (a record name) also saves each tensor to a file named after its place in that record.
+    def encode(self, value, path: tuple = (), save_as: str | None = None):
+        with self.quiet():
+            return self.encoder.encode(value, self._leaf(save_as), path)
+
+    def encode_call(self, args, kwargs, save_as: str | None = None) -> tuple:
+        """(input_args, input_kwargs) of a call, encoded in one pass."""
+        leaf = self._leaf(save_as)
+        with self.quiet():
+            return (self.encoder.encode(args, leaf, ("input_args",)),
+                    self.encoder.encode(kwargs, leaf, ("input_kwargs",)))
+
+    def encode_output(self, output, save_as: str | None = None) -> list:
+        """`output` is always a list: a tuple/list result is encoded item by item, anything else is wrapped."""
+        if isinstance(output, (list, tuple)) and not hasattr(output, "_fields"):
+            return self.encode(output, ("output",), save_as)
+        return [self.encode(output, ("output", 0), save_as)]
+
+    def summarize(self, t, fresh: bool = False, save_as: str | None = None, path: tuple = ()):
+        """Summary of `t` now; `fresh` skips the cache (for buffers changed behind autograd's back)."""
+        with self.quiet():
+            summary = self._cached(t, fresh)
+            return self._saved(t, summary, save_as, path) if save_as is not None else summary
+
+    # -- internals --------------------------------------------------------------------------------------------
+    def _leaf(self, save_as):
+        if save_as is None:
+            return self._tensor_leaf
+        return lambda t, path: self._saved(t, self._cached(t), save_as, path)
+
+    def _tensor_leaf(self, t, path):
+        return self._cached(t)
+
+    def _cached(self, t, fresh: bool = False) -> TensorSummary:
+        version = self.version(t)
+        if version is None:
+            return self._summarize(t)
+        key = id(t)
+        cached = self._cache.get(key)
+        if not fresh and cached is not None and cached[0]() is t and cached[1] == version:
+            return cached[2]
+        summary = self._summarize(t)
+        try:
+            self._cache[key] = (weakref.ref(t), version, summary)
+        except TypeError:  # tensor types that refuse weak references are simply not cached
+            pass
+        return summary
+
+    def _saved(self, t, summary, record: str, path: tuple) -> SavedTensor:
+        """Save the value of `t` now as `{record}.{category}.{index}{ext}`. A value already saved this step
+        (the output of one call is the input of the next) is not copied or serialised again: its file gets
+        a second name (a hard link)."""
+        name = data_file_name(record, path, self.tensor_ext)
+        folder = self.session.tensor_folder()
+        target = os.path.join(folder, name)
+        if folder not in self._folders:
+            make_dirs(folder)
+            self._folders.add(folder)
+        key, version = id(t), self.version(t)
+        cached = self._snapshots.get(key)
+        if version is not None and cached is not None and cached[0]() is t and cached[1] == version:
+            write = functools.partial(link_or_copy, cached[2], target)
+        else:
+            write = functools.partial(self._write, self._snapshot(t), target)
+            if version is not None:
+                try:
+                    self._snapshots[key] = (weakref.ref(t), version, target)
+                except TypeError:
+                    pass
+        if self.defer:  # keep the (device) copy until the step ends; no transfer now
+            self._deferred_files.append((write, target))
+        else:
+            self.session.files.submit(write, target)
+        return SavedTensor(summary, name)
