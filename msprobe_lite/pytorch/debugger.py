@@ -1,113 +1,33 @@
-"""PrecisionDebugger for PyTorch: the three calls a user adds to a training loop.
-
-It wires the framework-neutral Session (what to collect, when to write) to the PyTorch hooks (how to see
-calls and tensors). Construction validates the config and creates nothing on disk.
-"""
+"""PrecisionDebugger for PyTorch: `core.debugger.Debugger` with PyTorch's hooks, summaries and API capture."""
 from __future__ import annotations
 
 import torch
 
-from ..config import load_config
-from ..core.safety import guarded, log
-from ..core.session import Session
-from ..core.calls import CallRecorder
-from ..core.debug_save import DebugSaver
-from ..core.module_calls import ModuleHooks
+from ..core.debugger import Debugger
 from .api_capture import ApiCapture
 from .framework import TorchFramework
 from .summary import TorchSummarizer
 
-MODULE_LEVELS = ("L0", "mix")
-API_LEVELS = ("L1", "mix")
 
-
-def current_rank():
-    """The torch.distributed rank when a process group is initialised, else None (a single-process run)."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return None
-
-
-class PrecisionDebugger:
+class PrecisionDebugger(Debugger):
     """`start(model)`, `stop()`, `step()` around each training step; `config.json` says what is dumped.
 
     Arguments other than `config_path` override the file's fields of the same name when not None.
     """
 
-    def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
-        self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
-        self.session = Session(self.config, "pytorch", "Module", ("torch",), current_rank)
-        self.summarizer = TorchSummarizer(self.session)
-        self.session.resolver = self.summarizer.resolve
-        self.recorder = CallRecorder(self.session, self.summarizer, TorchFramework)
-        level = self.config.level
-        self.modules = (ModuleHooks(self.session, self.summarizer, self.recorder, TorchFramework)
-                        if level in MODULE_LEVELS else None)
-        self.apis = (ApiCapture(self.session, self.recorder, self.summarizer, self.modules)
-                     if level in API_LEVELS else None)
-        self.saver = DebugSaver(self.session, self.summarizer, self.recorder)
-        self._warned_save = False
-        log.info("dumping task=%s level=%s to %s", self.config.task, self.config.level, self.config.dump_path)
+    framework = TorchFramework
+    framework_packages = ("torch",)
 
-    def start(self, model=None) -> None:
-        """Begin (or resume) collecting for the current step. Hooks are installed once per model."""
-        if self.session.finished:
-            return
-        if self.config.level in MODULE_LEVELS:
-            if model is None:
-                raise ValueError(f"level {self.config.level!r} dumps modules: call start(model=your_model)")
-            self._attach(model)
-        self._start()
+    @staticmethod
+    def current_rank():
+        """The torch.distributed rank when a process group is initialised, else None (a single-process run)."""
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+        return None
 
-    @guarded("start()")
-    def _attach(self, model) -> None:
-        self.modules.attach(model)
+    def make_summarizer(self):
+        return TorchSummarizer(self.session)
 
-    @guarded("start()")
-    def _start(self) -> None:
-        if self.session.start() and self.apis is not None:
-            self.apis.activate()
-
-    @guarded("stop()")
-    def stop(self) -> None:
-        """Stop collecting forward calls and write what the step holds so far."""
-        if self.apis is not None:
-            self.apis.deactivate()
-        self.session.stop()
-
-    forward_backward_dump_end = stop
-
-    def save(self, variable, name: str, save_backward: bool = True) -> None:
-        """Level `debug`: dump `variable` (tensors, scalars, nested lists/tuples/dicts) as `{name}.{k}.debug`,
-        and its gradient as `{name}_grad.{k}.debug` when it arrives. Between start() and step()."""
-        if self.config.level != "debug":
-            if not self._warned_save:
-                self._warned_save = True
-                log.warning("save(%r) ignored: save() records only at level 'debug' (this config has level %r)",
-                            name, self.config.level)
-            return
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"save(): name must be a non-empty string, got {name!r}")
-        self._save(variable, name, save_backward)
-
-    @guarded("save()")
-    def _save(self, variable, name, save_backward) -> None:
-        self.saver.save(variable, name, save_backward)
-
-    @guarded("step()")
-    def step(self) -> None:
-        """End the step: write it (backward records included) and move to the next one."""
-        if self.session.finished:
-            return
-        if self.apis is not None:
-            self.apis.deactivate()
-        self.session.next_step()
-        self.summarizer.reset()
-        self.recorder.end_step()
-        if self.session.finished:
-            if self.modules is not None:
-                self.modules.detach()
-            if self.apis is not None:
-                self.apis.remove()
-            log.info("last selected step dumped: hooks removed, nothing more is collected")
+    def make_api_capture(self):
+        return ApiCapture(self.session, self.recorder, self.summarizer, self.modules)
