@@ -296,6 +296,12 @@ class DebuggerConfig(_Strict):
     def _dump_path(cls, path: str) -> str:
         if not path.strip():
             raise _invalid(path, "a non-empty folder path")
+        if "\0" in path:
+            raise _invalid(path, "a folder path without NUL characters")
+        link = path.rstrip("/" + os.sep) or path  # "link/" names the link too
+        if os.path.islink(link):
+            raise _invalid(path, f"a real folder, but this is a symbolic link to {os.readlink(link)!r}: "
+                                 "give the folder it points to, or another path")
         if os.path.exists(path) and not os.path.isdir(path):
             raise _invalid(path, "a folder path, but this is an existing file")
         return path

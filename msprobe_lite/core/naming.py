@@ -5,6 +5,8 @@ APIs put the call index before the direction (`Functional.linear.0.forward`); mo
 """
 from __future__ import annotations
 
+import hashlib
+
 FORWARD = "forward"
 BACKWARD = "backward"
 PARAMS_GRAD = "parameters_grad"
@@ -51,18 +53,44 @@ def direction_of(name: str) -> str | None:
 # where a value sits in a record -> the category in its tensor file name (spec: dump-format.md, section 6)
 _CATEGORY = {"input_args": "input", "input_kwargs": "kwargs", "output": "output", "parameters": "parameters",
              "input": "input"}
-_UNSAFE = str.maketrans({"/": "_", "\\": "_", "\0": "_"})
+# separators, NUL and control characters never reach a file name
+_UNSAFE = {**{c: "_" for c in range(32)}, ord("/"): "_", ord("\\"): "_", 0x7F: "_"}
+NAME_MAX = 200  # bytes of a file name: leaves room for the writer's `.tmp-{pid}-{thread}` under the usual 255
+
+
+def safe_file_name(name: str) -> str:
+    """`name` itself when it is a plain file name; otherwise a safe one that is still unique to `name`.
+
+    Separators, NUL and control characters become `_`, and a name longer than NAME_MAX bytes keeps its
+    start and end; either way `~` and a hash of the original name are added, so two names that differ only
+    in what was replaced ("a/b", "a_b") never share a file.
+    """
+    safe = name.translate(_UNSAFE)
+    try:
+        size = len(safe.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: no file system takes it
+        safe = safe.encode("utf-8", "replace").decode("utf-8")  # differs from `name`: gets the hash
+        size = len(safe.encode("utf-8"))
+    if size <= NAME_MAX and safe == name and safe not in ("", ".", ".."):
+        return name
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    if size <= NAME_MAX - len(digest) - 1:
+        return f"{safe}~{digest}"
+    raw = safe.encode("utf-8")
+    head = raw[:120].decode("utf-8", "ignore")
+    tail = raw[-60:].decode("utf-8", "ignore")
+    return f"{head}~{digest}~{tail}"
 
 
 def data_file_name(record: str, path: tuple, ext: str) -> str:
     """`{record}.{category}.{index or key}[.{j}...]{ext}` for the tensor at `path` in `record`.
 
-    Parameter gradients have no category: `{Module...}.parameters_grad.{k}.{param}{ext}`. Path separators
-    and NUL from user-chosen names (dict keys, module names) cannot reach the file system.
+    Parameter gradients have no category: `{Module...}.parameters_grad.{k}.{param}{ext}`. Names come from
+    user code (dict keys, module names, save() names): `safe_file_name` keeps them inside the tensor folder.
     """
     parts = [record]
     if path:
         head = _CATEGORY.get(path[0])
         parts += [head] if head else [str(path[0])]
         parts += [str(p) for p in path[1:]]
-    return ".".join(parts).translate(_UNSAFE) + ext
+    return safe_file_name(".".join(parts)) + ext

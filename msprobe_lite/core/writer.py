@@ -18,8 +18,26 @@ FILE_MODE = 0o640
 
 
 def make_dirs(path: str) -> None:
-    """Create `path` (and parents) with the dump's folder mode."""
-    os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+    """Create `path` and its missing parents, every one with the dump's folder mode.
+
+    (os.makedirs gives the parents it creates the default mode, 0o777 less the umask, not `mode`.)"""
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+    except FileNotFoundError:
+        head, tail = os.path.split(path)
+        if not tail:  # a trailing separator
+            head, tail = os.path.split(head)
+        if not head or not tail or head == path:
+            raise
+        make_dirs(head)
+        try:
+            os.mkdir(path, DIR_MODE)
+        except FileExistsError:  # made meanwhile by another thread or process
+            if not os.path.isdir(path):
+                raise
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -27,13 +45,40 @@ def write_atomic(path: str, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _open_new(tmp: str) -> int:
+    """A new file at `tmp`. O_EXCL: never opened through a link planted at that name, never shared with
+    another writer; a leftover (a crash mid-write) is replaced, a removed folder is made again."""
+    try:
+        return os.open(tmp, _TMP_FLAGS, FILE_MODE)
+    except FileExistsError:
+        os.unlink(tmp)  # removes a link itself, never what it points to
+    except FileNotFoundError:
+        make_dirs(os.path.dirname(tmp) or ".")  # the dump folder was deleted while running
+    return os.open(tmp, _TMP_FLAGS, FILE_MODE)
+
+
 def write_bytes_atomic(path: str, data) -> None:
-    """One write to `{path}.tmp-{thread}`, then a rename: the file appears only when complete.
+    """One write to `{path}.tmp-{pid}-{thread}`, then a rename: the file appears only when complete.
 
     (A deterministic temporary name is enough: every writer thread owns its own, and it costs a fraction
-    of mkstemp's random-name search, which matters at thousands of tensor files per step.)"""
-    tmp = f"{path}.tmp-{threading.get_ident()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    of mkstemp's random-name search, which matters at thousands of tensor files per step.) On any failure
+    (a full disk, a lost permission) the temporary file is removed and the previous `path`, if any, is left
+    as it was."""
+    tmp = f"{path}.tmp-{_pid}-{threading.get_ident()}"
+    fd = _open_new(tmp)
     try:
         try:
             os.fchmod(fd, FILE_MODE)  # the umask may have narrowed the mode given to open
