@@ -67,7 +67,7 @@ class BackwardCall:
 
     def fill(self, key, index, grad) -> None:
         session = self.session
-        if not session.step_open:
+        if not session.step_open or grad is None:  # MindSpore may report "no gradient" as None
             return
         if self.record is None:
             data = {}

@@ -8,21 +8,13 @@ from __future__ import annotations
 
 import functools
 import os
-import random
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..core.seed import seed_python
+
 _DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
-
-
-def _check(seed, mode, rm_dropout) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
-        raise ValueError(f"seed_all: seed must be an int in [0, 2**32 - 1], got {seed!r}")
-    for name, value in (("mode", mode), ("rm_dropout", rm_dropout)):
-        if not isinstance(value, bool):
-            raise ValueError(f"seed_all: {name} must be True or False, got {value!r}")
 
 
 def _identity_dropout(original):
@@ -63,10 +55,7 @@ def remove_dropout() -> None:
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> None:
     """Seed `random`, numpy and torch (CUDA too), set PYTHONHASHSEED; `mode=True` turns on deterministic
     algorithms (and the cuBLAS workspace setting they need); `rm_dropout=True` removes dropout."""
-    _check(seed, mode, rm_dropout)
-    os.environ["PYTHONHASHSEED"] = str(seed)
-    random.seed(seed)
-    np.random.seed(seed)
+    seed_python(seed, mode, rm_dropout)
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)

@@ -1,0 +1,188 @@
+"""API-level (L1) capture for MindSpore: the listed APIs are wrapped in place while collecting, and only then.
+
+MindSpore has no dispatch hook like PyTorch's `TorchFunctionMode`, so `activate()` (at `start()`) replaces
+each listed attribute of `mindspore.ops`, `mindspore.mint`, `mindspore.mint.nn.functional` and
+`mindspore.Tensor`, and the `__call__` of each listed primitive class (what `nn` layers run), with a wrapper;
+`deactivate()` (at `stop()`) puts every original back, so with the debugger idle MindSpore runs untouched.
+Names imported before `start()` (`from mindspore.ops import relu`) still point at the originals and are
+not seen; the docs say so.
+
+Only outermost calls are records: a per-thread depth counter, raised for the whole of a wrapped call and
+for the debugger's own work (`quiet()`), makes every nested call a plain call of the original. The counter
+is restored in `finally`, so an API that raises inside a user's `try` does not disturb later capture.
+Operators are named as the PyTorch adapter names them (`x + y` is `Tensor.add`), so that a MindSpore dump
+and a PyTorch dump of the same code pair by name.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import threading
+
+import mindspore as ms
+import mindspore.mint.nn.functional as mint_functional
+import yaml
+from mindspore import mint, ops
+
+from ..core.naming import BACKWARD, FORWARD, api_record
+from ..core.safety import guarded, log
+
+API_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apis.yaml")
+# section of apis.yaml -> (record prefix, where the names live, the names are primitive classes)
+SECTIONS = {"ops": ("Functional", ops, False), "tensor": ("Tensor", ms.Tensor, False),
+            "mint": ("Mint", mint, False), "mint.nn.functional": ("MintFunctional", mint_functional, False),
+            "primitive": ("Primitive", ops, True)}
+# Tensor operators under the names PyTorch's capture gives them, so both frameworks' dumps pair by name.
+OPERATOR_NAMES = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__sub__": "sub", "__isub__": "sub_",
+                  "__mul__": "mul", "__rmul__": "mul", "__imul__": "mul_", "__truediv__": "div",
+                  "__rtruediv__": "__rdiv__", "__itruediv__": "div_", "__matmul__": "matmul", "__gt__": "gt",
+                  "__ge__": "ge", "__lt__": "lt", "__le__": "le", "__abs__": "abs", "__neg__": "neg",
+                  "__mod__": "remainder", "__pow__": "pow"}
+OPTIMIZER = "optimizer"
+
+
+@functools.lru_cache(maxsize=8)
+def load_api_list(path: str = API_LIST) -> tuple:
+    """((owner, attribute, prefix, record api name, is primitive class), ...) from an API list YAML."""
+    with open(path, encoding="utf-8") as f:
+        spec = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    if not isinstance(spec, dict) or set(spec) - set(SECTIONS):
+        raise ValueError(f"{path}: expected a mapping with sections {sorted(SECTIONS)}, "
+                         f"got {sorted(spec) if isinstance(spec, dict) else type(spec).__name__}")
+    entries, missing = [], []
+    for section, (prefix, namespace, primitive) in SECTIONS.items():
+        for name in spec.get(section) or []:
+            name = str(name)
+            value = getattr(namespace, name, None)
+            if primitive:
+                if isinstance(value, type) and callable(getattr(value, "__call__", None)):
+                    entries.append((value, "__call__", prefix, name, True))
+                    continue
+            elif callable(value):
+                api = OPERATOR_NAMES.get(name, name) if namespace is ms.Tensor else name
+                entries.append((namespace, name, prefix, api, False))
+                continue
+            missing.append(f"{section}.{name}")
+    if missing:
+        log.warning("%s: %d names are not in this MindSpore and are not captured: %s", path, len(missing),
+                    ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else ""))
+    return tuple(entries)
+
+
+class _Depth(threading.local):
+    value = 0
+
+
+class Quiet:
+    """`with quiet:` marks the debugger's own MindSpore calls: the wrappers pass them straight through."""
+
+    __slots__ = ("depth",)
+
+    def __init__(self, depth: _Depth):
+        self.depth = depth
+
+    def __call__(self):
+        return self
+
+    def __enter__(self):
+        self.depth.value += 1
+
+    def __exit__(self, *exc):
+        self.depth.value -= 1
+
+
+class ApiCapture:
+    """Wraps the listed APIs between activate() and deactivate(); `modules` (mix) gives each call its parent."""
+
+    def __init__(self, session, recorder, modules=None, depth: _Depth | None = None, api_list: str = API_LIST):
+        self.session = session
+        self.recorder = recorder
+        self.modules = modules
+        self.depth = depth if depth is not None else _Depth()
+        self.entries = load_api_list(api_list)
+        self.active = False
+        self._wrappers = None   # made once, on first activation
+        self._saved = []        # (owner, attribute, what its own __dict__ held, or _ABSENT)
+
+    # -- switching on and off ------------------------------------------------------------------------------
+    def activate(self) -> None:
+        if self.active:
+            return
+        if self._wrappers is None:
+            self._wrappers = [self._wrap(entry) for entry in self.entries]
+        for (owner, attribute, *_), wrapper in zip(self.entries, self._wrappers):
+            self._saved.append((owner, attribute, owner.__dict__.get(attribute, _ABSENT)))
+            setattr(owner, attribute, wrapper)
+        self.active = True
+
+    def deactivate(self) -> None:
+        """Every wrapped attribute back to exactly what it was (inherited ones are deleted again)."""
+        if not self.active:
+            return
+        self.active = False
+        for owner, attribute, original in reversed(self._saved):
+            if original is _ABSENT:
+                delattr(owner, attribute)
+            else:
+                setattr(owner, attribute, original)
+        self._saved = []
+
+    remove = deactivate
+
+    # -- interception ----------------------------------------------------------------------------------------
+    def _wrap(self, entry):
+        owner, attribute, prefix, api, primitive = entry
+        original = getattr(owner, attribute)
+        key = (prefix, api)
+        depth, session = self.depth, self.session
+
+        if primitive:  # the primitive instance is not an argument of the user's call
+            def wrapper(prim, *args, **kwargs):
+                if depth.value or not session.forward_on:
+                    return original(prim, *args, **kwargs)
+                return self._record(key, functools.partial(original, prim), args, kwargs)
+        else:
+            def wrapper(*args, **kwargs):
+                if depth.value or not session.forward_on:
+                    return original(*args, **kwargs)
+                return self._record(key, original, args, kwargs)
+        wrapper.__wrapped__ = original
+        wrapper.__name__ = getattr(original, "__name__", attribute)
+        wrapper.__doc__ = getattr(original, "__doc__", None)
+        return wrapper
+
+    def _record(self, key, original, args, kwargs):
+        depth = self.depth
+        depth.value += 1
+        try:
+            call = self._begin(key, args, kwargs)
+            out = original(*args, **kwargs)
+            if call is not None:
+                self._end(call, key, args, out)
+            return out
+        finally:
+            depth.value -= 1
+
+    @guarded("API capture")
+    def _begin(self, key, args, kwargs):
+        session = self.session
+        prefix, api = key
+        n = session.next_index(key)
+        parent = bwd_parent = None
+        if self.modules is not None:
+            outer = self.modules.current()
+            if outer is not None:
+                parent = outer.name
+                bwd_parent = outer.backward.name if outer.backward else None
+        return self.recorder.begin(api_record(prefix, api, n, FORWARD), api_record(prefix, api, n, BACKWARD),
+                                   args, kwargs, parent, bwd_parent)
+
+    @guarded("API capture")
+    def _end(self, call, key, args, out):
+        if key[1] == "__setitem__" and args:
+            self.recorder.end(call, out, recorded_output=args[0])  # x[i] = y: the output is x, changed
+        else:
+            self.recorder.end(call, out)
+
+
+_ABSENT = object()

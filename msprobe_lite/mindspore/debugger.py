@@ -1,0 +1,80 @@
+"""PrecisionDebugger for MindSpore (PyNative mode): `core.debugger.Debugger` with cell hooks, MindSpore
+summaries and the wrapping API capture.
+
+Graph mode compiles the network: Python hooks and wrappers do not run inside a compiled graph. The
+debugger says so once, loudly, and collects what still runs in Python; it never fails the training.
+"""
+from __future__ import annotations
+
+import mindspore as ms
+
+from ..core.debugger import Debugger
+from ..core.safety import log
+from .api_capture import ApiCapture, Quiet, _Depth
+from .framework import MindSporeFramework
+from .summary import MindSporeSummarizer
+
+GRAPH_MODE_MESSAGE = (
+    "MindSpore is in GRAPH_MODE: the network is compiled, and Python hooks and API wrappers do not run "
+    "inside a compiled graph, so no cell or API record comes from it (only calls made in Python between "
+    "graphs are captured). For a call-by-call dump, run the steps to debug with "
+    "mindspore.set_context(mode=mindspore.PYNATIVE_MODE).")
+JIT_MESSAGE = (
+    "%s runs under mindspore.jit: what happens inside it is compiled and is not captured call by call "
+    "(its own forward record is, at L0, when it is a cell of the model).")
+
+
+def graph_mode() -> bool:
+    return ms.get_context("mode") == ms.GRAPH_MODE
+
+
+class PrecisionDebugger(Debugger):
+    """`start(model)`, `stop()`, `step()` around each training step; `config.json` says what is dumped.
+
+    Arguments other than `config_path` override the file's fields of the same name when not None.
+    """
+
+    framework = MindSporeFramework
+    framework_packages = ("mindspore",)
+
+    def __init__(self, *args, **kwargs):
+        self._depth = _Depth()   # shared by the capture and the summarizer: "this is the debugger's call"
+        self._warned = set()
+        super().__init__(*args, **kwargs)
+
+    @staticmethod
+    def current_rank():
+        """The rank in MindSpore's communication group once `init()` ran, else None."""
+        from mindspore.communication import GlobalComm, get_rank
+
+        return get_rank() if GlobalComm.INITED else None
+
+    def make_summarizer(self):
+        return MindSporeSummarizer(self.session, Quiet(self._depth))
+
+    def make_api_capture(self):
+        return ApiCapture(self.session, self.recorder, self.modules, self._depth)
+
+    def start(self, model=None) -> None:
+        self._warn_compiled(model)
+        super().start(model)
+
+    def _warn_compiled(self, model) -> None:
+        if graph_mode() and "graph" not in self._warned:
+            self._warned.add("graph")
+            log.warning(GRAPH_MODE_MESSAGE)
+        cells = model if isinstance(model, (list, tuple)) else [model]
+        for root in cells:
+            if not isinstance(root, ms.nn.Cell):
+                continue
+            for path, cell in root.cells_and_names():
+                if _is_jit(cell) and path not in self._warned:
+                    self._warned.add(path)
+                    log.warning(JIT_MESSAGE, f"cell {path or type(cell).__name__!r}")
+
+
+def _is_jit(cell) -> bool:
+    """A cell whose construct is decorated with mindspore.jit (or that was given a jit config)."""
+    construct = type(cell).__dict__.get("construct")
+    wrapped = getattr(construct, "__wrapped__", None)
+    return wrapped is not None or bool(getattr(cell, "_jit_config_dict", None))

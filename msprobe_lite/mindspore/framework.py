@@ -1,0 +1,59 @@
+"""MindSpore's side of the hook contract (`core.framework.Framework`), PyNative mode.
+
+MindSpore 2.x offers PyTorch's hook surface on cells (`register_forward_pre_hook(with_kwargs=True)`,
+`register_forward_hook(always_call=True)`) and `Tensor.register_hook` for gradients: the hook fires while
+a grad function (`mindspore.value_and_grad`, `mindspore.grad`) runs its backward. A non-leaf tensor has no
+`requires_grad` flag, so every tensor that a call sees while a grad function runs gets a hook; one that gets
+no gradient simply never fires.
+"""
+from __future__ import annotations
+
+import mindspore as ms
+
+try:  # MindSpore 2.9 moved it; 2.0 to 2.8 have it under common
+    from mindspore.graph.api import _pynative_executor
+except ImportError:  # pragma: no cover - older MindSpore
+    from mindspore.common.api import _pynative_executor
+
+from ..core.framework import Framework
+
+
+class MindSporeFramework(Framework):
+    name = "mindspore"
+    module_kind = "Cell"
+    module_type = ms.nn.Cell
+
+    @staticmethod
+    def is_tensor(value) -> bool:
+        return isinstance(value, ms.Tensor)
+
+    recording_gradients = staticmethod(_pynative_executor.requires_grad)
+
+    @staticmethod
+    def may_get_grad(tensor) -> bool:
+        return not isinstance(tensor, ms.Parameter) or tensor.requires_grad
+
+    @staticmethod
+    def on_grad(tensor, fn):
+        return tensor.register_hook(fn)
+
+    @staticmethod
+    def submodules(root):
+        return root.cells_and_names()
+
+    @staticmethod
+    def own_parameters(module) -> list:
+        return [(name, p) for name, p in module.parameters_and_names(expand=False)]
+
+    @staticmethod
+    def on_param_grad(param, fn):
+        """The gradient the grad function returns for this parameter (MindSpore has no `.grad` to fill)."""
+        if not param.requires_grad:
+            return _NoHandle
+        return param.register_hook(fn)
+
+
+class _NoHandle:
+    @staticmethod
+    def remove() -> None:
+        pass
