@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from threading import get_ident
 import weakref
 
 from .calls import Call
@@ -86,8 +87,8 @@ class ModuleHooks:
 
         @guarded(f"forward pre-hook of {kind}.{path}")
         def pre_hook(module, args, kwargs):
-            if not session.forward_on:
-                return None
+            if not session.forward_on or get_ident() != session.thread:
+                return None  # not collecting, or another thread (a data loader): not this run's calls
             n = session.next_index(key)
             name = module_record(kind, path, cls, FORWARD, n)
             stack = self.calls()

@@ -3,7 +3,8 @@
 Adapters call into a Session from their hooks; the session owns the decisions (is this step and rank
 selected, is this record wanted) and hands finished steps to the writer. It also makes sure that what was
 collected survives the end of the process: at exit (including after an uncaught exception) and on SIGTERM,
-every live session writes what it holds.
+every live session writes what it holds. A forked child (a DataLoader worker) inherits the sessions but never
+records or writes through them: only the process that created a session writes its dump.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ class Session:
         self.forward_on = False           # between start() and stop()
         self.step_open = False            # between start() and step(): backward still recorded
         self.finished = False             # past the last selected step: nothing more, ever
+        self.thread = None                # the thread that called start(): module calls of others are not ours
         self._warned_rank = False
         self._lock = threading.RLock()
         self.files = writer.FileQueue()    # tensor files, written off the training thread
@@ -87,6 +89,7 @@ class Session:
         if not (self.step_selected() and self._rank_selected()):
             self.forward_on = self.step_open = False
             return False
+        self.thread = threading.get_ident()
         self.forward_on = self.step_open = True
         return True
 
@@ -192,7 +195,17 @@ class Session:
                 self.files.wait()
                 self.dirty = False
             except Exception as exc:  # noqa: BLE001 - a failed write must not stop training
-                report_failure(f"writing {self.folder()}", exc)
+                # one report for the run (a full disk fails every later step too); the step stays dirty,
+                # so the next stop()/step() of this step tries again, and the previous file stays whole
+                report_failure(f"writing {self.folder()}", exc, site="writing a step")
+
+    def disown(self) -> None:
+        """In a forked child: this session belongs to the parent; record nothing, write nothing."""
+        self.forward_on = self.step_open = self.dirty = False
+        self.finished = True
+        self.records, self.pending = {}, []
+        self._lock = threading.RLock()    # a parent thread may have held it at the fork
+        self.files = writer.FileQueue()   # the parent's writer thread does not exist here
 
 
 class _Released:
@@ -227,6 +240,16 @@ def _on_sigterm(signum, frame, previous=None):
     elif previous != signal.SIG_IGN:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+
+def _forked_child() -> None:
+    for session in list(_live):
+        session.disown()
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
 
 
 def _register(session: Session) -> None:

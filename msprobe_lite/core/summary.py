@@ -17,12 +17,14 @@ import os
 import weakref
 
 from .naming import data_file_name
-from .records import SavedTensor, TensorSummary
+from .records import NO_STATS, SavedTensor, TensorSummary
+from .safety import report_failure
 from .writer import link_or_copy, make_dirs
 
 
 class Summarizer:
     tensor_ext = ".pt"
+    tensor_type = "tensor"   # `type` of a summary made here when the adapter's `_summarize` failed
 
     def __init__(self, session, encoder):
         self.session = session
@@ -114,17 +116,37 @@ class Summarizer:
     def _cached(self, t, fresh: bool = False) -> TensorSummary:
         version = self.version(t)
         if version is None:
-            return self._summarize(t)
+            try:
+                return self._summarize(t)
+            except Exception as exc:  # noqa: BLE001 - see _unsummarizable
+                return self._unsummarizable(t, exc)
         key = id(t)
         cached = self._cache.get(key)
         if not fresh and cached is not None and cached[0]() is t and cached[1] == version:
             return cached[2]
-        summary = self._summarize(t)
+        try:
+            summary = self._summarize(t)
+        except Exception as exc:  # noqa: BLE001 - see _unsummarizable
+            summary = self._unsummarizable(t, exc)
         try:
             self._cache[key] = (weakref.ref(t), version, summary)
         except TypeError:  # tensor types that refuse weak references are simply not cached
             pass
         return summary
+
+    def _unsummarizable(self, t, exc) -> TensorSummary:
+        """A tensor whose statistics cannot be computed (a sparse, quantized or nested tensor, a wrapper
+        subclass, a dtype without kernels): reported once, and recorded with what is known and no statistics,
+        so the call's record, and the rest of the step, are kept."""
+        report_failure(f"statistics of a {type(t).__module__}.{type(t).__qualname__}", exc,
+                       site="tensor statistics")
+
+        def known(get):
+            try:
+                return get()
+            except Exception:  # noqa: BLE001
+                return None
+        return TensorSummary(self.tensor_type, known(lambda: str(t.dtype)), known(lambda: list(t.shape)), NO_STATS)
 
     def _saved(self, t, summary, record: str, path: tuple) -> SavedTensor:
         """Save the value of `t` now as `{record}.{category}.{index}{ext}`. A value already saved this step
@@ -141,7 +163,12 @@ class Summarizer:
         if version is not None and cached is not None and cached[0]() is t and cached[1] == version:
             write = functools.partial(link_or_copy, cached[2], target)
         else:
-            write = functools.partial(self._write, self._snapshot(t), target)
+            try:
+                copy = self._snapshot(t)
+            except Exception as exc:  # noqa: BLE001 - a meta tensor has no value to save: keep the summary
+                report_failure(f"saving a {type(t).__qualname__} to {name}", exc, site="tensor file")
+                return summary
+            write = functools.partial(self._write, copy, target)
             if version is not None:
                 try:
                     self._snapshots[key] = (weakref.ref(t), version, target)

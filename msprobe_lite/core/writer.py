@@ -153,6 +153,7 @@ class FileQueue:
         self._queue: queue.Queue = queue.Queue()
         self._thread = None
         self._start_lock = threading.Lock()
+        self._os_failed = False
 
     def submit(self, write, where: str) -> None:
         with self._start_lock:
@@ -172,6 +173,12 @@ class FileQueue:
             write, where = self._queue.get()
             try:
                 write()
+            except OSError as exc:
+                # a full disk or a lost permission fails every later file too, with causes that follow from
+                # the first (a missing file to link): the first one is the report
+                if not self._os_failed:
+                    self._os_failed = True
+                    report_failure(where, exc, site="tensor file writer")
             except Exception as exc:  # noqa: BLE001 - a lost file is reported; training goes on
                 report_failure(where, exc, site="tensor file writer")
             finally:

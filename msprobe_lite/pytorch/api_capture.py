@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+from threading import get_ident
 
 import torch
 import torch.nn.functional as F
@@ -166,7 +167,8 @@ class ApiCapture(TorchFunctionMode):
         entry = ("Distributed", name)
 
         def collective(*args, **kwargs):
-            call = self._begin(entry, args, kwargs)
+            # the wrapper is global, the capture is the collecting thread's (as the mode's stack is)
+            call = self._begin(entry, args, kwargs) if get_ident() == self.session.thread else None
             with torch._C.DisableTorchFunction():  # its internals are not API calls of the user's
                 result = original(*args, **kwargs)
             if call is not None:

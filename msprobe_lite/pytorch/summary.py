@@ -162,6 +162,7 @@ class TorchSummarizer(Summarizer):
     """Summaries of torch tensors; statistics of accelerator tensors are fetched in one batch per step."""
 
     tensor_ext = TENSOR_EXT
+    tensor_type = "torch.Tensor"
 
     def __init__(self, session):
         super().__init__(session, ValueEncoder(

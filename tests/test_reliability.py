@@ -1,0 +1,408 @@
+"""The debugger survives what real training throws at it (issue 8): a full disk, a lost permission, its folder
+deleted, crashes and SIGTERM mid-forward and mid-backward, exotic values, other threads, forked workers.
+
+Each fault: training goes on with the same numbers (or dies only of its own cause), the debugger reports once
+with the cause, and what was collected before the fault is on disk, whole.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+
+from helpers import data, load
+from models import make, train
+
+from msprobe_lite.core import safety, session as session_module
+from msprobe_lite.pytorch import PrecisionDebugger
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="finds files by descriptor")
+
+
+@pytest.fixture(autouse=True)
+def fresh_reports(monkeypatch):
+    """Failures are reported once per process: each test starts with none reported yet."""
+    monkeypatch.setattr(safety, "_seen", {})
+
+
+def run_step(d, model, x):
+    d.start(model=model)
+    model(x).sum().backward()
+    d.stop()
+    d.step()
+
+
+def leftovers(root):
+    """Temporary files of the writer still lying around (a write that failed half-way and was not undone)."""
+    return [f for _, _, files in os.walk(root) for f in files if ".tmp-" in f]
+
+
+def every_dump_json_is_whole(root):
+    for folder, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".json"):
+                with open(os.path.join(folder, f), encoding="utf-8") as fh:
+                    json.load(fh)
+
+
+@contextlib.contextmanager
+def failing(monkeypatch, under, code, calls=("write",)):
+    """OSError(code) from the os-level calls named in `calls` when they touch a path under `under`."""
+    under = str(under)
+    real = {name: getattr(os, name) for name in calls}
+
+    def is_ours(arg):
+        if isinstance(arg, int):
+            try:
+                arg = os.readlink(f"/proc/self/fd/{arg}")
+            except OSError:
+                return False
+        return isinstance(arg, (str, os.PathLike)) and os.fspath(arg).startswith(under)
+
+    def make(name):
+        def fake(target, *args, **kwargs):
+            if is_ours(target):
+                raise OSError(code, os.strerror(code), None if isinstance(target, int) else target)
+            return real[name](target, *args, **kwargs)
+        return fake
+
+    for name in calls:
+        monkeypatch.setattr(os, name, make(name))
+    try:
+        yield
+    finally:
+        for name in calls:
+            monkeypatch.setattr(os, name, real[name])
+
+
+# -- disk full, permission lost --------------------------------------------------------------------------------
+@needs_proc
+@pytest.mark.parametrize("code, calls", [(errno.ENOSPC, ("write",)), (errno.EACCES, ("open", "mkdir"))],
+                         ids=["ENOSPC", "EACCES"])
+def test_a_failing_disk_mid_step_keeps_what_was_written(tmp_path, monkeypatch, capsys, code, calls):
+    model, x, _ = make("mlp")
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="L0", task="statistics")
+    run_step(d, model, x)                                  # step 0: written whole
+    d.start(model=model)
+    out = model(x)
+    d.stop()                                               # step 1: forward records written
+    forward_only = data(tmp_path, 1)
+    with failing(monkeypatch, tmp_path, code, calls):
+        out.sum().backward()
+        d.step()                                           # step 1 with its backward records: fails
+        run_step(d, model, x)                              # step 2: fails again, not reported again
+    run_step(d, model, x)                                  # step 3: the disk is back
+
+    err = capsys.readouterr().err
+    assert err.count("internal failure") == 1, err
+    assert os.strerror(code) in err and "training continues" in err
+    assert data(tmp_path, 1) == forward_only               # the earlier file, whole, not half of the new one
+    assert not (tmp_path / "step2" / "rank" / "dump.json").exists()
+    assert data(tmp_path, 3).keys() == data(tmp_path, 0).keys()
+    assert any(".backward." in name for name in data(tmp_path, 3))
+    assert leftovers(tmp_path) == []
+    every_dump_json_is_whole(tmp_path)
+
+
+@needs_proc
+def test_a_full_disk_never_changes_the_numbers_of_training(tmp_path, monkeypatch):
+    want = train("mlp", steps=3)
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="mix", task="tensor")
+    with failing(monkeypatch, tmp_path, errno.ENOSPC):
+        got = train("mlp", steps=3, debugger=d)
+    for a, b in zip(want, got):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    d.session.files.wait()
+    assert leftovers(tmp_path) == []
+
+
+@needs_proc
+def test_tensor_files_failing_on_the_writer_thread_report_once(tmp_path, monkeypatch, capsys):
+    model, x, _ = make("mlp")
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="L0", task="tensor")
+    with failing(monkeypatch, tmp_path / "step0" / "rank" / "dump_tensor_data", errno.ENOSPC):
+        run_step(d, model, x)
+    err = capsys.readouterr().err
+    assert err.count("internal failure") == 1 and "No space left on device" in err
+    assert "Module.fc1.Linear.forward.0" in data(tmp_path)   # dump.json itself was written
+    assert leftovers(tmp_path) == []
+
+
+def test_dump_folder_deleted_while_running(tmp_path, capsys):
+    dump = tmp_path / "dump"
+    model, x, _ = make("mlp")
+    d = PrecisionDebugger(dump_path=str(dump), level="L0", task="tensor")
+    run_step(d, model, x)
+    d.start(model=model)
+    model.fc1(x)
+    d.session.files.wait()
+    shutil.rmtree(dump)                                    # e.g. a clean-up script, mid-step
+    model(x).sum().backward()
+    d.stop()
+    d.step()
+    run_step(d, model, x)
+    records = data(dump, 1)
+    assert "Module.fc2.Linear.backward.0" in records      # the step's later records are all there
+    folder = load(dump, 1)["dump_data_dir"]
+    # files written after the deletion exist: the folder was made again, not reported as lost
+    assert os.path.isfile(os.path.join(folder, records["Module.fc2.Linear.forward.0"]["output"][0]["data_name"]))
+    assert "Module.fc2.Linear.backward.0" in data(dump, 2)
+    assert "internal failure in writing" not in capsys.readouterr().err
+    every_dump_json_is_whole(dump)
+
+
+# -- crashes and SIGTERM mid-forward and mid-backward ----------------------------------------------------------
+CRASH_SCRIPT = """
+import os, sys, time, torch
+sys.path.insert(0, {root!r})
+from msprobe_lite.pytorch import PrecisionDebugger
+
+class Fault(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+    @staticmethod
+    def backward(ctx, g):
+        {in_backward}
+        return g
+
+class Inner(torch.nn.Module):
+    def forward(self, x):
+        {in_forward}
+        return x
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 4)
+        self.inner = Inner()
+        self.fc2 = torch.nn.Linear(4, 4)
+    def forward(self, x):
+        x = self.fc1(x)                     # recorded before the fault
+        x = Fault.apply(self.inner(x))
+        return self.fc2(x)
+
+torch.manual_seed(0)
+net = Net()
+d = PrecisionDebugger(dump_path={dump!r}, level="mix", task="statistics")
+d.start(model=net)
+net(torch.ones(2, 4)).sum().backward()
+d.stop()
+d.step()
+"""
+WAIT = "print('ready', file=sys.stderr, flush=True); time.sleep(60)"
+CRASHES = {  # name: (code in Inner.forward, code in Fault.backward)
+    "exception mid-forward": ("raise RuntimeError('user bug in forward')", "pass"),
+    "exception mid-backward": ("pass", "raise RuntimeError('user bug in backward')"),
+    "SIGTERM mid-forward": (WAIT, "pass"),
+    "SIGTERM mid-backward": ("pass", WAIT),
+}
+
+
+def test_crashes_mid_forward_and_mid_backward_keep_what_was_collected(tmp_path):
+    procs = {}
+    for i, (name, (in_forward, in_backward)) in enumerate(CRASHES.items()):
+        code = CRASH_SCRIPT.format(root=ROOT, dump=str(tmp_path / str(i)), in_forward=in_forward,
+                                   in_backward=in_backward)
+        procs[name] = (subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stderr=subprocess.PIPE,
+                                        text=True), tmp_path / str(i))
+    for name, (proc, _) in procs.items():               # all four run at once: the test takes one start-up
+        if name.startswith("SIGTERM"):
+            for line in proc.stderr:
+                if "ready" in line:
+                    break
+            proc.send_signal(signal.SIGTERM)
+    for name, (proc, dump) in procs.items():
+        err = proc.communicate(timeout=120)[1]
+        assert "internal failure" not in err, (name, err)
+        if name.startswith("SIGTERM"):
+            assert proc.returncode == -signal.SIGTERM, (name, err)
+        else:
+            assert proc.returncode == 1 and "user bug in" in err, (name, err)   # the user's error, as is
+        records = data(dump)
+        assert "Module.fc1.Linear.forward.0" in records and "Functional.linear.0.forward" in records, name
+        assert records["Module.fc1.Linear.forward.0"]["output"], name
+        if name.endswith("mid-backward"):
+            # fc2's backward ran before the fault; fc1's (after it) never did
+            assert "Module.fc2.Linear.backward.0" in records, (name, list(records))
+            assert "Module.fc1.Linear.backward.0" not in records, name
+        else:
+            assert "Module.fc2.Linear.forward.0" not in records, name
+        assert leftovers(dump) == []
+        every_dump_json_is_whole(dump)
+
+
+# -- exotic values ------------------------------------------------------------------------------------------------
+class Passes(torch.nn.Module):
+    """Takes anything and returns its first argument, so every value meets both the forward hooks."""
+
+    def forward(self, value, *rest):
+        return value
+
+
+class Root(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = Passes()
+
+    def forward(self, *args):
+        return self.p(*args)
+
+
+class Plain(torch.Tensor):
+    pass
+
+
+def exotic_values():
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    return {
+        "subclass": torch.ones(3).as_subclass(Plain),
+        "wrapper subclass": TwoTensor(torch.ones(3), torch.ones(3)),
+        "meta": torch.empty(3, device="meta"),
+        "sparse": torch.eye(3).to_sparse(),
+        "sparse csr": torch.eye(3).to_sparse_csr(),
+        "quantized": torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8),
+        "nested": torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]),
+        "uint16": torch.ones(3, dtype=torch.uint16),
+        "torch.Generator": torch.Generator(),
+    }
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_exotic_values_keep_their_record_and_report_once(tmp_path, capsys, task):
+    values = exotic_values()
+    model = Root()
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="mix", task=task)
+    d.start(model=model)
+    for value in values.values():
+        model(value)
+        model(value)
+    d.stop()
+    d.step()
+    records = data(tmp_path)
+    for i, name in enumerate(values):
+        for n in (2 * i, 2 * i + 1):
+            record = records[f"Module.p.Passes.forward.{n}"]  # every call kept, numbering intact
+            assert record["input_args"] and "output" in record, name
+    reports = [line for line in capsys.readouterr().err.splitlines() if "internal failure" in line]
+    assert 0 < len(reports) <= len(values)             # each value met twice, each cause told once
+    assert len({r.split(" -- ")[0] for r in reports}) == len(reports), reports
+    assert not any("failure in forward" in r for r in reports)   # no hook lost its record
+    every_dump_json_is_whole(tmp_path)
+
+
+def test_a_generator_argument_is_neither_consumed_nor_a_failure(tmp_path, capsys):
+    model = Root()
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="mix", task="statistics")
+    d.start(model=model)
+    gen = (torch.full((2,), float(i)) for i in range(3))
+    out = model(torch.ones(2), gen)
+    assert [t[0].item() for t in gen] == [0.0, 1.0, 2.0]   # the user's generator still yields everything
+    torch.cat([out, out])
+    d.stop()
+    d.step()
+    assert "Module.p.Passes.forward.0" in data(tmp_path)
+    assert "internal failure" not in capsys.readouterr().err
+
+
+# -- threads ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_other_threads_never_enter_the_main_threads_records(tmp_path, level):
+    def steps(dump, busy):
+        model, x, _ = make("mlp")
+        d = PrecisionDebugger(dump_path=str(dump), level=level, task="statistics")
+        stop = threading.Event()
+
+        def loader():        # a data-loading thread: torch calls, and the same model, while the main dumps
+            while not stop.is_set():
+                torch.exp(torch.ones(4))
+                with torch.no_grad():
+                    model(x)
+
+        thread = threading.Thread(target=loader, daemon=True)
+        if busy:
+            thread.start()
+        for _ in range(3):
+            run_step(d, model, x)
+        stop.set()
+        if busy:
+            thread.join()
+        return [json.dumps(data(dump, s), sort_keys=True) for s in range(3)]
+
+    assert steps(tmp_path / "busy", True) == steps(tmp_path / "alone", False)
+
+
+# -- forked workers -----------------------------------------------------------------------------------------------
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_forked_child_never_records_or_writes(tmp_path):
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="L1", task="statistics")
+    d.start()
+    torch.exp(torch.ones(2))
+    pid = os.fork()
+    if pid == 0:  # the child: records nothing, writes nothing, even when stopped, stepped or terminated
+        try:
+            torch.sinh(torch.ones(2))
+            d.stop()
+            d.step()
+            session_module._flush_all()
+            os.kill(os.getpid(), signal.SIGTERM)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    assert not (tmp_path / "step0").exists()             # nothing from the child
+    torch.cos(torch.ones(2))
+    d.stop()
+    d.step()
+    assert list(data(tmp_path)) == ["Torch.exp.0.forward", "Torch.cos.0.forward"]
+
+
+class TorchDataset(torch.utils.data.Dataset):
+    """Calls a torch API in the worker, and tells what the worker's inherited session holds."""
+
+    debugger = None
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        x = torch.sinh(torch.full((8,), float(i)))
+        session = self.debugger.session
+        return x, torch.tensor([len(session.records), session.forward_on, session.step_open, os.getpid()])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_dataloader_workers_record_nothing_and_write_no_dumps(tmp_path):
+    model, _, _ = make("mlp")
+    d = TorchDataset.debugger = PrecisionDebugger(dump_path=str(tmp_path), level="mix", task="statistics",
+                                                  step=[0, 1])
+    workers = set()
+    for step in range(2):
+        d.start(model=model)                               # the workers fork while collecting
+        loader = torch.utils.data.DataLoader(TorchDataset(), batch_size=4, num_workers=2,
+                                             multiprocessing_context="fork")
+        for x, state in loader:
+            assert state[:, :3].sum() == 0                 # in a worker: no records, not collecting
+            workers |= set(state[:, 3].tolist())
+            model(x).sum().backward()
+        del loader
+        d.stop()
+        d.step()
+    assert os.getpid() not in workers and len(workers) >= 2
+    for step in range(2):
+        names = list(data(tmp_path, step))
+        assert "Module.fc1.Linear.forward.1" in names and not any("sinh" in n for n in names)
+    assert sorted(os.listdir(tmp_path)) == ["step0", "step1"]
+    assert all(os.listdir(tmp_path / s) == ["rank"] for s in ("step0", "step1"))
