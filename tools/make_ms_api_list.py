@@ -23,7 +23,7 @@ NOT_OPS = re.compile(
     r"^(_[^_].*|is_.*|isinstance|shape|rank|dtype|size|ndim|dim|numel|nelement|itemsize|nbytes|strides?|"
     r"item|tolist|asnumpy|numpy|asnumpy_of_slice_persistent_data|data_sync|init_data|set_dtype|set_const_arg|"
     r"register_hook|remove_hook|hooks|backward|has_init|slice_num_of_persistent_data|offload|"
-    r"move_to|to|cpu|npu|contiguous|storage_offset|data_ptr|untyped_storage|_?copy_|assign_value|"
+    r"move_to|to|cpu|npu|contiguous|storage_offset|data_ptr|untyped_storage|assign_value|"
     r"__repr__|__str__|__format__|__len__|__bool__|__int__|__float__|__index__|__array__|__iter__|"
     r"__hash__|__contains__|__deepcopy__|__getstate__|__setstate__|__reduce.*|__sizeof__|__dir__|"
     r"__class__|__init__|__new__|__init_subclass__|__subclasshook__|__getattribute__|__setattr__|"

@@ -11,17 +11,17 @@ import mindspore as ms
 from ..core.debugger import Debugger
 from ..core.safety import log
 from .api_capture import ApiCapture, Quiet, _Depth
-from .framework import MindSporeFramework
+from .framework import MindSporeFramework, is_jit
 from .summary import MindSporeSummarizer
 
 GRAPH_MODE_MESSAGE = (
-    "MindSpore is in GRAPH_MODE: the network is compiled, and Python hooks and API wrappers do not run "
-    "inside a compiled graph, so no cell or API record comes from it (only calls made in Python between "
-    "graphs are captured). For a call-by-call dump, run the steps to debug with "
+    "MindSpore is in GRAPH_MODE: the network is compiled, and MindSpore would compile Python hooks into the "
+    "graph (and fail), so nothing is captured while it is: no hook or wrapper is installed and training runs "
+    "as without the debugger. For a call-by-call dump, run the steps to debug with "
     "mindspore.set_context(mode=mindspore.PYNATIVE_MODE).")
 JIT_MESSAGE = (
     "%s runs under mindspore.jit: what happens inside it is compiled and is not captured call by call "
-    "(its own forward record is, at L0, when it is a cell of the model).")
+    "(neither its sub-cells nor its APIs); its own forward and backward records are, at L0 and mix.")
 
 
 def graph_mode() -> bool:
@@ -56,25 +56,21 @@ class PrecisionDebugger(Debugger):
         return ApiCapture(self.session, self.recorder, self.modules, self._depth)
 
     def start(self, model=None) -> None:
-        self._warn_compiled(model)
+        if graph_mode():
+            if "graph" not in self._warned:
+                self._warned.add("graph")
+                log.warning(GRAPH_MODE_MESSAGE)
+            return
+        self._warn_jit(model)
         super().start(model)
 
-    def _warn_compiled(self, model) -> None:
-        if graph_mode() and "graph" not in self._warned:
-            self._warned.add("graph")
-            log.warning(GRAPH_MODE_MESSAGE)
+    def _warn_jit(self, model) -> None:
         cells = model if isinstance(model, (list, tuple)) else [model]
         for root in cells:
             if not isinstance(root, ms.nn.Cell):
                 continue
             for path, cell in root.cells_and_names():
-                if _is_jit(cell) and path not in self._warned:
+                if is_jit(cell) and path not in self._warned:
                     self._warned.add(path)
                     log.warning(JIT_MESSAGE, f"cell {path or type(cell).__name__!r}")
 
-
-def _is_jit(cell) -> bool:
-    """A cell whose construct is decorated with mindspore.jit (or that was given a jit config)."""
-    construct = type(cell).__dict__.get("construct")
-    wrapped = getattr(construct, "__wrapped__", None)
-    return wrapped is not None or bool(getattr(cell, "_jit_config_dict", None))

@@ -39,7 +39,15 @@ class MindSporeFramework(Framework):
 
     @staticmethod
     def submodules(root):
-        return root.cells_and_names()
+        """Every cell, except those that run inside a `mindspore.jit` cell: there they are compiled into the
+        graph, and a Python hook would be compiled with them (and fail)."""
+        compiled = []
+        for path, cell in root.cells_and_names():
+            if any(path.startswith(prefix) for prefix in compiled):
+                continue
+            if is_jit(cell):
+                compiled.append(path + ".")
+            yield path, cell
 
     @staticmethod
     def own_parameters(module) -> list:
@@ -51,6 +59,12 @@ class MindSporeFramework(Framework):
         if not param.requires_grad:
             return _NoHandle
         return param.register_hook(fn)
+
+
+def is_jit(cell) -> bool:
+    """A cell whose construct is compiled by `mindspore.jit` (decorated, or given a jit config)."""
+    construct = type(cell).__dict__.get("construct")
+    return getattr(construct, "__wrapped__", None) is not None or bool(getattr(cell, "_jit_config_dict", None))
 
 
 class _NoHandle:
