@@ -14,10 +14,11 @@ Rules (spec/compare.md), with inputs = args, kwargs, parameters and outputs = re
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
-from .metrics import STATS, diff, eps_of, finite, relative, stat_error, tensor_metrics
+from .metrics import STATS, eps_of, finite, stat_error, stat_measures, tensor_metrics
 from .pair import dtype_kind
 from .rows import INPUT, OUTPUT
 
@@ -37,6 +38,10 @@ COLUMNS = {
                       "Five Thousandths Err Ratio", "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max",
                       "Bench min", "Bench mean", "Bench l2norm"] + TAIL,
 }
+_NPU_STATS = ("NPU max", "NPU min", "NPU mean", "NPU l2norm")
+_BENCH_STATS = ("Bench max", "Bench min", "Bench mean", "Bench l2norm")
+_DIFF_COLUMNS = ("Max diff", "Min diff", "Mean diff", "L2norm diff")
+_REL_COLUMNS = tuple(f"{key}RelativeErr" for key in STATS)
 
 
 @dataclass
@@ -54,6 +59,7 @@ class Verdict:
             self.reasons.append(reason)
 
 
+@functools.lru_cache(maxsize=256)
 def same_dtype(dtype: str) -> str:
     """One spelling for a dtype across frameworks: `torch.int64`, `Int64` and `int64` are the same."""
     return dtype.lower().replace("torch.", "").replace("mindspore.", "")
@@ -74,24 +80,25 @@ class Judge:
         self.mode = mode
         self.columns = COLUMNS[mode]
         self.load_tensor = load_tensor   # (dump, data_name) -> numpy array, tensor mode only
+        self._blank = dict.fromkeys(self.columns)
 
     # -- one row -------------------------------------------------------------------------------------------
     def _row(self, t_row, g_row, t_dump, g_dump) -> tuple:
         """(row dict, row error, row-specific problems)."""
-        out = dict.fromkeys(self.columns)
+        out = self._blank.copy()
         problems = []
         err = 0.0
         if t_row is not None:
-            out.update({"NPU Name": t_row.name, "NPU Dtype": t_row.dtype, "NPU Tensor Shape": t_row.shape})
+            out["NPU Name"], out["NPU Dtype"], out["NPU Tensor Shape"] = t_row.name, t_row.dtype, t_row.shape
         if g_row is not None:
-            out.update({"Bench Name": g_row.name, "Bench Dtype": g_row.dtype, "Bench Tensor Shape": g_row.shape})
+            out["Bench Name"], out["Bench Dtype"], out["Bench Tensor Shape"] = g_row.name, g_row.dtype, g_row.shape
         if t_row is None or g_row is None:
             return out, 0.0, [f"row only in {'golden' if t_row is None else 'target'}"]
         t, g = t_row.obj, g_row.obj
         if self.mode != "md5":
-            for side, obj in (("NPU", t), ("Bench", g)):
-                for key, col in zip(STATS, ("max", "min", "mean", "l2norm")):
-                    out[f"{side} {col}"] = obj.get(key, obj.get("value") if key == "Max" else None)
+            for columns, obj in ((_NPU_STATS, t), (_BENCH_STATS, g)):
+                out[columns[0]] = obj.get("Max", obj.get("value"))
+                out[columns[1]], out[columns[2]], out[columns[3]] = obj.get("Min"), obj.get("Mean"), obj.get("Norm")
         if not (t_row.is_tensor and g_row.is_tensor):
             tv, gv = t.get("value"), g.get("value")
             if tv != gv and not (isinstance(tv, float) and isinstance(gv, float) and tv != tv and gv != gv):
@@ -99,17 +106,15 @@ class Judge:
                 err = math.inf if not isinstance(tv, (int, float)) or not isinstance(gv, (int, float)) \
                     else (abs(tv - gv) / abs(gv) if gv else math.inf)
             return out, err, problems
-        if list(t_row.shape or []) != list(g_row.shape or []):
+        if t_row.shape != g_row.shape and list(t_row.shape or []) != list(g_row.shape or []):
             return out, math.inf, [f"shape differs: {t_row.shape} vs {g_row.shape}"]
-        if same_dtype(t_row.dtype) != same_dtype(g_row.dtype) \
+        if t_row.dtype != g_row.dtype and same_dtype(t_row.dtype) != same_dtype(g_row.dtype) \
                 and not (dtype_kind(t_row.dtype) == dtype_kind(g_row.dtype) == "float"):
             problems.append(f"dtype differs: {t_row.dtype} vs {g_row.dtype}")
         if self.mode == "statistics":
-            for key, col in zip(STATS, ("Max", "Min", "Mean", "L2norm")):
-                out[f"{col} diff"] = diff(t.get(key), g.get(key))
-            for key in STATS:
-                out[f"{key}RelativeErr"] = relative(t.get(key), g.get(key))
-            err = stat_error(t, g)
+            diffs, rels, err = stat_measures(t, g)
+            out.update(zip(_DIFF_COLUMNS, diffs))
+            out.update(zip(_REL_COLUMNS, rels))
         elif self.mode == "md5":
             out["NPU MD5"], out["BENCH MD5"] = t.get("md5"), g.get("md5")
             if t.get("md5") is None or g.get("md5") is None:
@@ -158,7 +163,8 @@ class Judge:
                 rows.append(row)
             return rows, Verdict(UNMATCHED, [reason])
         t_rows = t_dump.rows(pair.target)
-        g_rows = {r.name[len(pair.golden):]: r for r in g_dump.rows(pair.golden)}
+        cut_t, cut_g = len(pair.target), len(pair.golden)
+        g_rows = {r.name[cut_g:]: r for r in g_dump.rows(pair.golden)}
         verdict = Verdict()
         if pair.how == "aligned":
             verdict.reasons.append(f"aligned with {pair.golden}")
@@ -166,11 +172,11 @@ class Judge:
         worst_eps = 0.0
         extra = {INPUT: {}, OUTPUT: {}}
         seen = set()
-        row_results = []
+        row_problems = []
         new_nonfinite = False
         arguments = []
         for t_row in t_rows:
-            suffix = t_row.name[len(pair.target):]
+            suffix = t_row.name[cut_t:]
             g_row = g_rows.get(suffix)
             seen.add(suffix)
             row, err, problems = self._row(t_row, g_row, t_dump, g_dump)
@@ -191,17 +197,26 @@ class Judge:
                     problems.append("target output has NaN/Inf where golden is finite")
                     new_nonfinite = True
             rows.append(row)
-            row_results.append((t_row, problems))
+            row_problems.append(problems)
         for suffix, g_row in g_rows.items():
             if suffix not in seen:
                 row, _, problems = self._row(None, g_row, t_dump, g_dump)
                 rows.append(row)
-                row_results.append((None, problems))
+                row_problems.append(problems)
         errs[INPUT].append(upstream)
         self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, bool(arguments))
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
-        for row, (t_row, problems) in zip(rows, row_results):
+        self._finish_rows(rows, row_problems, verdict, stack)
+        return rows, verdict
+
+    @staticmethod
+    def _finish_rows(rows, row_problems, verdict, stack) -> None:
+        """Result and Err_message of each row: the record's verdict, raised by the row's own problems. A
+        row's problem is also the record's (it raises the verdict for the rows after it, as it always has).
+        Err_message is every reason so far; it is joined again only when a reason was added."""
+        message, joined = "", -1
+        for row, problems in zip(rows, row_problems):
             result = verdict.result
             for p in problems:
                 severity = ERROR if p.startswith(("shape", "dtype", "target output has NaN", "tensor files")) \
@@ -209,10 +224,9 @@ class Judge:
                 result = _worse(result, severity)
                 if p not in verdict.reasons:
                     verdict.raise_to(ERROR if severity == ERROR else WARNING, p)
-            row.update({"Result": result, "Err_message": "; ".join(verdict.reasons + [p for p in problems
-                                                                                       if p not in verdict.reasons]),
-                        "NPU_Stack_Info": stack})
-        return rows, verdict
+            if len(verdict.reasons) != joined:
+                message, joined = "; ".join(verdict.reasons), len(verdict.reasons)
+            row["Result"], row["Err_message"], row["NPU_Stack_Info"] = result, message, stack
 
     def _decide(self, verdict, errs, extra, worst_eps, t_rows, new_nonfinite, arguments_differ=False) -> None:
         tol = TOLERANCE_EPS * worst_eps if self.mode != "md5" else 0.0

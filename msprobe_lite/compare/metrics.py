@@ -26,6 +26,10 @@ def eps_of(dtype: str) -> float:
 
 
 def _num(v):
+    """v if it is a number (not a bool), else None. JSON gives exact ints and floats: checked first, cheaply."""
+    cls = v.__class__
+    if cls is float or cls is int:
+        return v
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
@@ -40,7 +44,11 @@ def diff(t, g):
 
 def relative(t, g):
     """|t - g| / |g|: 0 when equal (both NaN included), inf when g is 0 and t is not."""
-    d = diff(t, g)
+    return _relative_of(diff(t, g), g)
+
+
+def _relative_of(d, g):
+    """relative() from an already computed diff(t, g)."""
     if d is None:
         return None
     if d == 0:
@@ -58,26 +66,40 @@ def numel(shape) -> int:
 
 
 def finite(obj: dict) -> bool:
-    return all(v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or math.isfinite(v)
-               for v in (obj.get("Max"), obj.get("Min")))
+    """False when the object's Max or Min is NaN or an infinity (what the statistics say of its values)."""
+    for v in (obj.get("Max"), obj.get("Min")):
+        if v.__class__ is float:
+            if v - v != 0:      # NaN and infinities only
+                return False
+        elif v is not None and not isinstance(v, bool) and isinstance(v, (int, float)) and not math.isfinite(v):
+            return False
+    return True
 
 
 def stat_error(t: dict, g: dict) -> float:
     """Largest statistic difference relative to the golden tensor's magnitude (its largest |value|, or its
     RMS, whichever is larger). 0 for identical statistics."""
+    return stat_measures(t, g)[2]
+
+
+def stat_measures(t: dict, g: dict) -> tuple:
+    """([X diff], [XRelativeErr], stat_error) for the four statistics, in one pass: statistics mode calls this
+    for every row of a dump, so the differences are computed once, not once per column and again for the
+    error."""
     diffs = [diff(t.get(k), g.get(k)) for k in STATS]
-    diffs = [abs(d) for d in diffs if d is not None]
-    if not diffs:
-        return 0.0
-    worst = max(diffs)
+    rels = [_relative_of(d, g.get(k)) for d, k in zip(diffs, STATS)]
+    present = [abs(d) for d in diffs if d is not None]
+    if not present:
+        return diffs, rels, 0.0
+    worst = max(present)
     if worst == 0:
-        return 0.0
+        return diffs, rels, 0.0
     if math.isnan(worst) or math.isinf(worst):
-        return math.inf
+        return diffs, rels, math.inf
     gmax, gmin, gnorm = (_num(g.get(k)) or 0.0 for k in ("Max", "Min", "Norm"))
     n = max(numel(g.get("shape")), 1)
     scale = max(abs(gmax), abs(gmin), abs(gnorm) / math.sqrt(n))
-    return worst / scale if scale > 0 else math.inf
+    return diffs, rels, (worst / scale if scale > 0 else math.inf)
 
 
 def tensor_metrics(t, g, eps: float) -> dict:

@@ -61,6 +61,15 @@ def _group_key(name: str, parents: dict, rename) -> tuple:
     return base, direction, parent_base
 
 
+def _align(t_names, g_names, sig_t, sig_g):
+    """(target, golden) pairs of two call sequences that differ: the blocks difflib finds in common. Only
+    needed where the two runs did not make the same calls (the same signatures pair one to one)."""
+    matcher = difflib.SequenceMatcher(None, sig_t, sig_g, autojunk=False)
+    for block in matcher.get_matching_blocks():
+        for i in range(block.size):
+            yield t_names[block.a + i], g_names[block.b + i]
+
+
 def pair_records(target, golden, rename=lambda n: n) -> list:
     """Pairs in target execution order; golden-only records follow the pair of the golden record before them.
 
@@ -82,10 +91,7 @@ def pair_records(target, golden, rename=lambda n: n) -> list:
             continue
         sig_t = [signature(target.rows(n)) for n in t_names]
         sig_g = [signature(golden.rows(n)) for n in g_names]
-        matcher = difflib.SequenceMatcher(None, sig_t, sig_g, autojunk=False)
-        for block in matcher.get_matching_blocks():
-            for i in range(block.size):
-                partner[t_names[block.a + i]] = g_names[block.b + i]
+        partner.update(zip(t_names, g_names) if sig_t == sig_g else _align(t_names, g_names, sig_t, sig_g))
     paired_golden = {g: t for t, g in partner.items()}
     pairs = []
     index_of = {}

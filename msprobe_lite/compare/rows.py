@@ -6,40 +6,46 @@ knows whether it is an input (what the call was given) or an output (what it pro
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 INPUT, OUTPUT = "input", "output"
 
 
-@dataclass
 class Row:
-    name: str
-    role: str          # input / output
-    obj: dict          # the dump's tensor object or {"type", "value"} object
+    """One tensor or value of a record. Its dtype, shape and kind are read once here: pairing, precision and
+    judging all ask for them, hundreds of thousands of times on a large dump."""
 
-    @property
-    def is_tensor(self) -> bool:
-        return "dtype" in self.obj and "shape" in self.obj
+    __slots__ = ("name", "role", "obj", "is_tensor", "dtype", "shape")
 
-    @property
-    def dtype(self) -> str:
-        return str(self.obj.get("dtype", self.obj.get("type", "")))
+    def __init__(self, name: str, role: str, obj: dict):
+        self.name = name
+        self.role = role          # input / output
+        self.obj = obj            # the dump's tensor object or {"type", "value"} object
+        self.is_tensor = "dtype" in obj and "shape" in obj
+        self.dtype = str(obj.get("dtype", obj.get("type", "")))
+        self.shape = obj.get("shape")
 
-    @property
-    def shape(self):
-        return self.obj.get("shape")
+    def __repr__(self) -> str:
+        return f"Row({self.name!r}, {self.role!r}, {self.obj!r})"
+
+
+def _is_leaf(value: dict) -> bool:
+    return "type" in value and ("dtype" in value or "value" in value or "Max" in value)
 
 
 def _leaves(value, name: str, role: str, out: list) -> None:
+    """Append a Row per tensor or value found in `value`, named by its path. A list of leaves (the usual
+    args and outputs) is handled without recursing into each."""
     if isinstance(value, dict):
-        if "type" in value and ("dtype" in value or "value" in value or "Max" in value):
+        if _is_leaf(value):
             out.append(Row(name, role, value))
             return
         for key, v in value.items():
             _leaves(v, f"{name}.{key}", role, out)
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            _leaves(v, f"{name}.{i}", role, out)
+            if v.__class__ is dict and _is_leaf(v):
+                out.append(Row(f"{name}.{i}", role, v))
+            else:
+                _leaves(v, f"{name}.{i}", role, out)
 
 
 # key in a record -> (row infix, role); order = the row order the spec asks for
