@@ -9,8 +9,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import report
+from . import report, tensors
 from .judge import ERROR, PASS, UNMATCHED, WARNING, Judge, record_eps
+from .metrics import eps_of
 from .pair import pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs
 
@@ -62,33 +63,26 @@ def _load_mapping(path):
     return rename
 
 
-def tensor_loader():
-    cache: dict = {}
+def _tensor_measurer(measured: dict):
+    """The judge's tensor measure: what tensors.measure_all computed beforehand, or measured now."""
+    def measure(t_dump, t, g_dump, g):
+        key = (tensors.tensor_path(t_dump, t["data_name"]), tensors.tensor_path(g_dump, g["data_name"]))
+        found = measured.get(key)
+        if found is None:
+            eps = max(eps_of(str(t.get("dtype"))), eps_of(str(g.get("dtype"))))
+            found = tensors.measure(key + (t_dump.path, g_dump.path, eps))
+        return found
+    return measure
 
-    def load(dump, data_name):
-        path = os.path.join(dump.data_dir or "", data_name)
-        if path in cache:
-            return cache[path]
-        if not os.path.isfile(path):
-            raise CompareError(f"{path}: tensor file missing (named by {dump.path})")
-        try:
-            if path.endswith(".npy"):
-                import numpy as np
-                array = np.load(path, allow_pickle=False)
-            else:
-                import torch
-                value = torch.load(path, map_location="cpu", weights_only=True)
-                if not isinstance(value, torch.Tensor):
-                    raise ValueError(f"holds a {type(value).__name__}, not a tensor")
-                array = (value.float() if value.dtype in (torch.bfloat16, torch.float16) else value).numpy()
-        except CompareError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any unreadable file becomes one clear error
-            raise CompareError(f"{path}: cannot load the tensor: {exc}") from None
-        if len(cache) < 64:
-            cache[path] = array
-        return array
-    return load
+
+def _measure_tensors(pairs, target, golden, workers: int, show_progress: bool) -> dict:
+    """Every tensor row pair of this step/rank pair measured up front, in `workers` processes."""
+    bar = tensors.Progress("measuring tensors") if show_progress else None
+    try:
+        return tensors.measure_all(tensors.jobs(pairs, target, golden), workers, bar)
+    finally:
+        if bar:
+            bar.close()
 
 
 def _parents(dump, name) -> list:
@@ -152,22 +146,31 @@ def _gc_paused():
             gc.enable()
 
 
-def compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, progress):
-    """Compare one step/rank pair: (mode, summary pair, files written, details for the HTML report)."""
-    with _gc_paused():
-        return _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, progress)
+def compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx,
+                show_progress=False, workers=1):
+    """Compare one step/rank pair: (mode, summary pair, files written, details for the HTML report).
+    `workers`: processes for measuring tensor files (tensor mode)."""
+    try:
+        with _gc_paused():
+            return _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx,
+                                show_progress, workers)
+    except (DumpError, tensors.TensorFileError) as exc:
+        raise CompareError(str(exc)) from None
 
 
-def _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, progress):
+def _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, show_progress,
+                 workers):
     target, golden = load_dump(target_path, step, rank), load_dump(golden_path, step, rank)
     mode = _mode(target, golden)
-    judge = Judge(mode, tensor_loader() if mode == "tensor" else None)
     pairs = pair_records(target, golden, rename)
+    measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
+    judge = Judge(mode, _tensor_measurer(measured))
     inner = _inner_eps(pairs, target, golden)
     rows, errors, modules = [], [], {}
     seen_err: dict = {}   # input error of calls already judged: backward records depend on them
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
     first = None
+    bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
         stack = target.stacks.get(pair.target) or [] if pair.target else []
         upstream = _upstream(pair.target, seen_err) if pair.target else 0.0
@@ -179,6 +182,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             seen_err[base] = max(seen_err.get(base, 0.0), verdict.in_err)
             seen_err["*"] = max(seen_err.get("*", 0.0), verdict.in_err)
         rows.extend(record_rows)
+        if bar and i % 200 == 0:
+            bar(i, len(pairs))
         if verdict.result == UNMATCHED:
             counts["unmatched_target" if pair.target else "unmatched_golden"] += 1
             continue
@@ -193,8 +198,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         if first is None and verdict.introduced:
             first = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
                      "stack": stack, "parents": _parents(target, pair.target)}
-        if progress and i % 200 == 0:
-            progress(i, len(pairs))
+    if bar:
+        bar.close()
     tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"
     csv_path = os.path.join(output_dir, f"compare_result_{tag}_{timestamp}.csv")
     report.write_csv(csv_path, judge.columns, rows)
@@ -213,26 +218,22 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
 
 def _one_in_worker(args):
     step, rank, t_path, g_path, output_dir, mapping, timestamp, xlsx = args
-    try:
-        return compare_one(step, rank, t_path, g_path, output_dir, _load_mapping(mapping), timestamp, xlsx, None)
-    except DumpError as exc:
-        raise CompareError(str(exc)) from None
+    return compare_one(step, rank, t_path, g_path, output_dir, _load_mapping(mapping), timestamp, xlsx)
 
 
-def _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, progress, workers):
-    """Each step/rank pair is independent: several pairs are compared in parallel processes."""
-    workers = min(workers or os.cpu_count() or 1, len(inputs))
-    if workers <= 1:
+def _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, show_progress, workers):
+    """Each step/rank pair is independent: several pairs are compared in parallel processes. A single pair
+    gets the processes for its tensor files instead (one level of processes, never a pool inside a pool)."""
+    workers = workers or os.cpu_count() or 1
+    if len(inputs) == 1 or workers <= 1:
         for step, rank, t_path, g_path in inputs:
-            try:
-                yield compare_one(step, rank, t_path, g_path, output_dir, rename, timestamp, xlsx, progress)
-            except DumpError as exc:
-                raise CompareError(str(exc)) from None
+            yield compare_one(step, rank, t_path, g_path, output_dir, rename, timestamp, xlsx, show_progress,
+                              workers)
         return
     from concurrent.futures import ProcessPoolExecutor
 
     jobs = [(s, r, t, g, output_dir, mapping, timestamp, xlsx) for s, r, t, g in inputs]
-    with ProcessPoolExecutor(workers) as pool:
+    with ProcessPoolExecutor(min(workers, len(inputs)), initializer=tensors.init_worker) as pool:
         yield from pool.map(_one_in_worker, jobs)
 
 
@@ -242,7 +243,8 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
 
     Writes compare_result_rank{R}_step{N}_{timestamp}.csv per pair, summary.json and report.html to
     `output_dir` (default ./compare_output), prints one line per pair, and returns the summary. Several
-    step/rank pairs are compared in up to `workers` processes (default: one per CPU)."""
+    step/rank pairs are compared in up to `workers` processes (default: one per CPU); a single pair in
+    tensor mode measures its tensor files in that many processes instead. On a terminal, a progress bar."""
     output_dir = output_dir or "compare_output"
     rename = _load_mapping(mapping)
     try:
@@ -252,15 +254,8 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
     os.makedirs(output_dir, mode=0o750, exist_ok=True)
     timestamp = time.strftime("%Y%m%d%H%M%S")
     tty = sys.stderr.isatty() and not quiet
-
-    def progress(i, n):
-        print(f"\rcomparing {i}/{n} calls", end="", file=sys.stderr, flush=True)
-
     summary, details = None, []
-    for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx,
-                                              progress if tty else None, workers):
-        if tty:
-            print("\r", end="", file=sys.stderr)
+    for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers):
         summary = summary or Summary(mode)
         summary.pairs.append(pair)
         summary.files += files

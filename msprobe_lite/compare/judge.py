@@ -18,7 +18,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-from .metrics import STATS, eps_of, finite, stat_error, stat_measures, tensor_metrics
+from .metrics import STATS, eps_of, finite, stat_error, stat_measures
 from .pair import dtype_kind
 from .rows import INPUT, OUTPUT
 
@@ -76,10 +76,10 @@ def _fmt(x: float) -> str:
 class Judge:
     """Measures and judges record pairs in one mode (statistics, md5, tensor)."""
 
-    def __init__(self, mode: str, load_tensor=None):
+    def __init__(self, mode: str, measure=None):
         self.mode = mode
         self.columns = COLUMNS[mode]
-        self.load_tensor = load_tensor   # (dump, data_name) -> numpy array, tensor mode only
+        self.measure = measure   # tensor mode: (t_dump, t_obj, g_dump, g_obj) -> tensors.measure() result
         self._blank = dict.fromkeys(self.columns)
 
     # -- one row -------------------------------------------------------------------------------------------
@@ -129,12 +129,10 @@ class Judge:
         if not t.get("data_name") or not g.get("data_name"):
             problems.append("tensor file missing on one side: compared on statistics")
             return stat_error(t, g)
-        a = self.load_tensor(t_dump, t["data_name"])
-        b = self.load_tensor(g_dump, g["data_name"])
-        if a.shape != b.shape:
-            problems.append(f"tensor files differ in shape: {a.shape} vs {b.shape}")
+        m = self.measure(t_dump, t, g_dump, g)
+        if "shapes" in m:
+            problems.append(f"tensor files differ in shape: {m['shapes'][0]} vs {m['shapes'][1]}")
             return math.inf
-        m = tensor_metrics(a, b, max(eps_of(str(t.get("dtype"))), eps_of(str(g.get("dtype")))))
         for key in ("Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
                     "Five Thousandths Err Ratio"):
             out[key] = m[key]

@@ -102,15 +102,34 @@ def stat_measures(t: dict, g: dict) -> tuple:
     return diffs, rels, (worst / scale if scale > 0 else math.inf)
 
 
+def _is_numpy(x) -> bool:
+    return type(x).__module__ == "numpy" or not hasattr(x, "numpy")
+
+
+def _flat(x):
+    """x as one dimension, without a copy: a numpy array, or a torch tensor numpy cannot hold (bf16)."""
+    if _is_numpy(x):
+        import numpy as np
+        return np.asarray(x).reshape(-1)
+    return x.reshape(-1)
+
+
+def _float64(part):
+    """A chunk as a float64 numpy array (torch converts its own chunks: numpy has no bf16)."""
+    if _is_numpy(part):
+        import numpy as np
+        return np.asarray(part, dtype=np.float64)
+    return part.double().numpy()
+
+
 def tensor_metrics(t, g, eps: float) -> dict:
-    """Cosine, EucDist, MaxAbsErr, MaxRelativeErr and the error ratios of two equal-shape numpy arrays, in
+    """Cosine, EucDist, MaxAbsErr, MaxRelativeErr and the error ratios of two equal-shape arrays, in
     one chunked float64 pass. Positions where both hold the same non-finite value count as equal; a
     non-finite value on one side only is reported as `nonfinite`."""
     import numpy as np
 
-    t = np.asarray(t).reshape(-1)
-    g = np.asarray(g).reshape(-1)
-    n = t.size
+    t, g = _flat(t), _flat(g)
+    n = len(t)
     dot = tt = gg = sq = 0.0
     max_abs = max_rel = 0.0
     within1 = within5 = 0
@@ -118,8 +137,8 @@ def tensor_metrics(t, g, eps: float) -> dict:
     floor = eps if eps > 0 else np.finfo(np.float64).tiny
     with np.errstate(all="ignore"):
         for start in range(0, n, CHUNK):
-            a = t[start:start + CHUNK].astype(np.float64)
-            b = g[start:start + CHUNK].astype(np.float64)
+            a = _float64(t[start:start + CHUNK])
+            b = _float64(g[start:start + CHUNK])
             same_nonfinite = ~np.isfinite(a) & ~np.isfinite(b) & ((a == b) | (np.isnan(a) & np.isnan(b)))
             bad = (~np.isfinite(a) | ~np.isfinite(b)) & ~same_nonfinite
             mismatched_nonfinite += int(bad.sum())
