@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Callable, List, Optional
 
@@ -83,7 +84,65 @@ def _add_overflow_check(subparsers: argparse._SubParsersAction) -> None:
     cmd.set_defaults(run=_overflow_check)
 
 
-SUBCOMMANDS: List[Callable[[argparse._SubParsersAction], None]] = [_add_config, _add_compare, _add_overflow_check]
+def _ckpt_convert(args: argparse.Namespace) -> int:
+    try:
+        from .mindspore.checkpoint import convert_checkpoint
+    except ImportError as error:
+        print(f"msprobe-lite ckpt convert: needs mindspore and torch installed ({error})", file=sys.stderr)
+        return 2
+    for path in (args.input, args.template):
+        if not os.path.isfile(path):
+            print(f"msprobe-lite ckpt convert: {path}: no such file", file=sys.stderr)
+            return 2
+    try:
+        report = convert_checkpoint(args.input, args.output, args.template)
+    except (ValueError, RuntimeError, OSError) as error:
+        print(f"msprobe-lite ckpt convert: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(report.lines()))
+    print(f"wrote {args.output}")
+    return 0 if report.complete else 1
+
+
+def _ckpt_compare(args: argparse.Namespace) -> int:
+    from .compare.weights import WeightsError, compare_weights
+
+    try:
+        rows = compare_weights(args.first, args.second)
+    except WeightsError as error:
+        print(f"msprobe-lite ckpt compare: {error}", file=sys.stderr)
+        return 2
+    for row in rows:
+        numbers = "" if row.max_abs is None else \
+            f"  max|diff| {row.max_abs:.3g}  rel_l2 {row.rel_l2:.3g}  cosine {row.cosine:.9f}"
+        print(f"{row.result:15s} {row.name} {row.shape}{numbers}")
+    counts = {}
+    for row in rows:
+        counts[row.result] = counts.get(row.result, 0) + 1
+    print(", ".join(f"{n} {k}" for k, n in counts.items()))
+    return 0 if all(r.result in ("equal", "close") for r in rows) else 1
+
+
+def _add_ckpt(subparsers: argparse._SubParsersAction) -> None:
+    ckpt = subparsers.add_parser("ckpt", help="convert PyTorch weights to a MindSpore checkpoint; compare weights")
+    actions = ckpt.add_subparsers(dest="action", metavar="ACTION", required=True)
+    convert = actions.add_parser("convert", help="a PyTorch state_dict -> a MindSpore checkpoint (exit 1 when "
+                                                 "a parameter has no source or a shape differs)")
+    convert.add_argument("-i", "--input", required=True, help="PyTorch state_dict file (.pt/.pth)")
+    convert.add_argument("-o", "--output", required=True, help="MindSpore checkpoint to write (.ckpt)")
+    convert.add_argument("-t", "--template", required=True,
+                         help="a MindSpore checkpoint of the target network (mindspore.save_checkpoint(net, ...)): "
+                              "gives the names, shapes and dtypes to produce")
+    convert.set_defaults(run=_ckpt_convert)
+    compare = actions.add_parser("compare", help="compare two weight files (.pt/.pth, .ckpt, .npz) parameter by "
+                                                 "parameter (exit 1 when any differs or is unpaired)")
+    compare.add_argument("first")
+    compare.add_argument("second")
+    compare.set_defaults(run=_ckpt_compare)
+
+
+SUBCOMMANDS: List[Callable[[argparse._SubParsersAction], None]] = [_add_config, _add_compare, _add_overflow_check,
+                                                                    _add_ckpt]
 
 
 def build_parser() -> argparse.ArgumentParser:

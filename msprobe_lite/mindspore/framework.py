@@ -51,7 +51,10 @@ class MindSporeFramework(Framework):
 
     @staticmethod
     def own_parameters(module) -> list:
-        return [(name, p) for name, p in module.parameters_and_names(expand=False)]
+        """As PyTorch's `named_parameters`: BatchNorm's running statistics (non-trainable `moving_*`
+        Parameters here, buffers in PyTorch) are not parameters."""
+        return [(name, p) for name, p in module.parameters_and_names(expand=False)
+                if p.requires_grad or not name.startswith("moving_")]
 
     @staticmethod
     def on_param_grad(param, fn):
