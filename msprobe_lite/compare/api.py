@@ -12,8 +12,12 @@ from dataclasses import dataclass, field
 from . import report, tensors
 from .judge import ERROR, PASS, UNMATCHED, WARNING, Judge, record_eps
 from .metrics import eps_of
+from .frameworks import translations
 from .pair import pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs
+
+
+CSV_BACKGROUND_MIN = 20000   # record pairs from which the table is written by a second process
 
 
 class CompareError(ValueError):
@@ -158,15 +162,24 @@ def compare_one(step, rank, target_path, golden_path, output_dir, rename, timest
         raise CompareError(str(exc)) from None
 
 
+def _as_is(name):
+    return name
+
+
 def _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, show_progress,
                  workers):
     target, golden = load_dump(target_path, step, rank), load_dump(golden_path, step, rank)
     mode = _mode(target, golden)
-    pairs = pair_records(target, golden, rename)
+    t_names, g_names = translations(target.framework, golden.framework)
+    rename_t = (lambda n: t_names.record(rename(n))) if t_names else rename
+    pairs = pair_records(target, golden, rename_t, g_names.record if g_names else _as_is)
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
-    judge = Judge(mode, _tensor_measurer(measured))
+    judge = Judge(mode, _tensor_measurer(measured), t_names and t_names.row_tail, g_names and g_names.row_tail)
     inner = _inner_eps(pairs, target, golden)
-    rows, errors, modules = [], [], {}
+    tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"
+    csv_path = os.path.join(output_dir, f"compare_result_{tag}_{timestamp}.csv")
+    sink = report.CsvSink(csv_path, judge.columns, background=workers > 1 and len(pairs) >= CSV_BACKGROUND_MIN)
+    rows, errors, modules = [], [], {}   # rows: kept only for the .xlsx
     seen_err: dict = {}   # input error of calls already judged: backward records depend on them
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
     first = None
@@ -181,7 +194,9 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             seen_err[(base, direction, index)] = verdict.in_err
             seen_err[base] = max(seen_err.get(base, 0.0), verdict.in_err)
             seen_err["*"] = max(seen_err.get("*", 0.0), verdict.in_err)
-        rows.extend(record_rows)
+        sink.add(record_rows)
+        if xlsx:
+            rows.extend(record_rows)
         if bar and i % 200 == 0:
             bar(i, len(pairs))
         if verdict.result == UNMATCHED:
@@ -200,9 +215,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                      "stack": stack, "parents": _parents(target, pair.target)}
     if bar:
         bar.close()
-    tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"
-    csv_path = os.path.join(output_dir, f"compare_result_{tag}_{timestamp}.csv")
-    report.write_csv(csv_path, judge.columns, rows)
+    sink.close()
     files = [csv_path]
     if xlsx:
         xlsx_path = csv_path[:-4] + ".xlsx"

@@ -76,8 +76,12 @@ def _fmt(x: float) -> str:
 class Judge:
     """Measures and judges record pairs in one mode (statistics, md5, tensor)."""
 
-    def __init__(self, mode: str, measure=None):
+    def __init__(self, mode: str, measure=None, tail=None, golden_tail=None):
         self.mode = mode
+        # row names after their record, in one naming for both sides (`.parameters.gamma` of a MindSpore
+        # side read as PyTorch's `.parameters.weight`); None: as written
+        self.tail = tail
+        self.golden_tail = golden_tail
         self.columns = COLUMNS[mode]
         self.measure = measure   # tensor mode: (t_dump, t_obj, g_dump, g_obj) -> tensors.measure() result
         self._blank = dict.fromkeys(self.columns)
@@ -162,7 +166,8 @@ class Judge:
             return rows, Verdict(UNMATCHED, [reason])
         t_rows = t_dump.rows(pair.target)
         cut_t, cut_g = len(pair.target), len(pair.golden)
-        g_rows = {r.name[cut_g:]: r for r in g_dump.rows(pair.golden)}
+        g_tail, t_tail = self.golden_tail, self.tail
+        g_rows = {(g_tail(r.name[cut_g:]) if g_tail else r.name[cut_g:]): r for r in g_dump.rows(pair.golden)}
         verdict = Verdict()
         if pair.how == "aligned":
             verdict.reasons.append(f"aligned with {pair.golden}")
@@ -174,7 +179,7 @@ class Judge:
         new_nonfinite = False
         arguments = []
         for t_row in t_rows:
-            suffix = t_row.name[cut_t:]
+            suffix = t_tail(t_row.name[cut_t:]) if t_tail else t_row.name[cut_t:]
             g_row = g_rows.get(suffix)
             seen.add(suffix)
             row, err, problems = self._row(t_row, g_row, t_dump, g_dump)

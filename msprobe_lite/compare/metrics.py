@@ -86,8 +86,15 @@ def stat_measures(t: dict, g: dict) -> tuple:
     """([X diff], [XRelativeErr], stat_error) for the four statistics, in one pass: statistics mode calls this
     for every row of a dump, so the differences are computed once, not once per column and again for the
     error."""
-    diffs = [diff(t.get(k), g.get(k)) for k in STATS]
-    rels = [_relative_of(d, g.get(k)) for d, k in zip(diffs, STATS)]
+    diffs, rels = [], []
+    for k in STATS:
+        tv, gv = t.get(k), g.get(k)
+        if (tv.__class__ is float or tv.__class__ is int) and (gv.__class__ is float or gv.__class__ is int):
+            d = 0.0 if tv == gv or (tv != tv and gv != gv) else tv - gv   # diff(), inlined for plain numbers
+        else:
+            d = diff(tv, gv)
+        diffs.append(d)
+        rels.append(_relative_of(d, gv))
     present = [abs(d) for d in diffs if d is not None]
     if not present:
         return diffs, rels, 0.0

@@ -70,24 +70,29 @@ def _align(t_names, g_names, sig_t, sig_g):
             yield t_names[block.a + i], g_names[block.b + i]
 
 
-def pair_records(target, golden, rename=lambda n: n) -> list:
+def _same(name):
+    return name
+
+
+def pair_records(target, golden, rename=_same, rename_golden=_same) -> list:
     """Pairs in target execution order; golden-only records follow the pair of the golden record before them.
 
-    `rename` maps a target name to the golden naming (user mappings, framework mappings)."""
+    `rename` and `rename_golden` map each side's names into one naming where they can meet: user mappings
+    on the target, and a MindSpore side read in PyTorch's names when the frameworks differ."""
     groups_t: dict = {}
     groups_g: dict = {}
     for name in target.records:
         groups_t.setdefault(_group_key(name, target.parents, rename), []).append(name)
     for name in golden.records:
-        groups_g.setdefault(_group_key(name, golden.parents, lambda n: n), []).append(name)
+        groups_g.setdefault(_group_key(name, golden.parents, rename_golden), []).append(name)
     partner: dict = {}
     for key, t_names in groups_t.items():
         g_names = groups_g.get(key, [])
         if not g_names:
             continue
         if key[1] is None:  # not a call (parameter gradients, save() entries): the name is the identity
-            golden_names = set(g_names)
-            partner.update({n: rename(n) for n in t_names if rename(n) in golden_names})
+            golden_names = {rename_golden(g): g for g in g_names}
+            partner.update({n: golden_names[rename(n)] for n in t_names if rename(n) in golden_names})
             continue
         sig_t = [signature(target.rows(n)) for n in t_names]
         sig_g = [signature(golden.rows(n)) for n in g_names]
@@ -97,7 +102,7 @@ def pair_records(target, golden, rename=lambda n: n) -> list:
     index_of = {}
     for name in target.records:
         g = partner.get(name)
-        how = "unmatched" if g is None else ("exact" if rename(name) == g else "aligned")
+        how = "unmatched" if g is None else ("exact" if rename(name) == rename_golden(g) else "aligned")
         index_of[name] = len(pairs)
         pairs.append(Pair(name, g, how))
     # golden-only records, each placed after the pair of the golden record that precedes it

@@ -44,16 +44,73 @@ def cell(value):
 _AS_IS = frozenset((float, int, bool, type(None)))
 
 
-def write_csv(path: str, columns: list, rows: list) -> None:
-    """One line per row. Only text and lists go through cell(): a 100k-record table has millions of numeric
-    cells, and the csv module already spells them the way cell() would."""
-    pick = operator.itemgetter(*columns)
+def _cells(lines) -> list:
+    """The CSV cells of each line (values in column order). Only text and lists go through cell(): a large
+    table has millions of numeric cells, and the csv module already spells them the way cell() would."""
     as_is = _AS_IS
+    return [[v if v.__class__ in as_is or (v.__class__ is str and not v.startswith(_FORMULA_START)) else cell(v)
+             for v in values] for values in lines]
+
+
+def write_csv(path: str, columns: list, rows: list) -> None:
+    """The whole table at once (rows: dicts keyed by column)."""
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
-        writer.writerows([v if v.__class__ in as_is or (v.__class__ is str and not v.startswith(_FORMULA_START))
-                          else cell(v) for v in pick(row)] for row in rows)
+        writer.writerows(_cells(map(operator.itemgetter(*columns), rows)))
+
+
+def _append_csv(path: str, lines: list) -> None:
+    """One chunk of lines (values in column order) appended to the table; runs in the writer process."""
+    with open(path, "a", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(_cells(lines))
+
+
+class CsvSink:
+    """The result table, written as the judge produces it, so the rows of a large comparison are never all
+    in memory. With `background`, formatting and writing happen in a second process while the judge goes
+    on: on a 100k-record dump, turning millions of floats into text costs about as much as judging them.
+    The one writer process takes the chunks in the order they were sent, so the file is the same."""
+
+    CHUNK = 20000
+
+    def __init__(self, path: str, columns: list, background: bool = False):
+        self.path, self.columns = path, columns
+        self.pick = operator.itemgetter(*columns)
+        self.pending: list = []
+        self.pool = self.futures = None
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            csv.writer(f).writerow(columns)
+        if background:
+            from concurrent.futures import ProcessPoolExecutor
+            self.pool, self.futures = ProcessPoolExecutor(1), []
+
+    def add(self, rows: list) -> None:
+        self.pending.extend(map(self.pick, rows))
+        if len(self.pending) >= self.CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        lines, self.pending = self.pending, []
+        if not lines:
+            return
+        if self.pool:
+            self.futures.append(self.pool.submit(_append_csv, self.path, lines))
+            while len(self.futures) > 3:  # a slower writer makes the judge wait: at most 3 chunks in memory
+                self.futures.pop(0).result()
+        else:
+            _append_csv(self.path, lines)
+
+    def close(self) -> None:
+        """Write what is left and wait for the writer; a failed write raises here."""
+        try:
+            self._flush()
+            for future in self.futures or ():
+                future.result()
+        finally:
+            if self.pool:
+                self.pool.shutdown(cancel_futures=True)
+                self.pool = None
 
 
 def write_xlsx(path: str, columns: list, rows: list) -> None:
