@@ -64,6 +64,7 @@ def make(kind, **kwargs):
 def train(kind, steps=2, debugger=None, level_needs_model=True, **kwargs):
     """A few SGD steps; returns (losses, final parameters, gradients per step) as numpy arrays."""
     net, x = make(kind, **kwargs)
+    net.set_train(True)
     opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
 
     def loss_fn(inp):

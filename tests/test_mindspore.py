@@ -85,6 +85,7 @@ def test_l0_cnn_with_batchnorm_and_in_place_op(tmp_path):
     head_in = d["Cell.head.Dense.forward.0"]["input_args"][0]
     # channel 0 is set to 0.5 in place after ReLU's output was summarised: ReLU shows its own result
     net, x = ms_models.make("cnn")
+    net.set_train(True)
     h = net.relu(net.bn(net.conv(x))).asnumpy()
     assert_ms_stats(relu_out, h, rel=1e-4)
     h[:, 0] = 0.5
