@@ -405,3 +405,34 @@ def test_top_level_debugger_picks_mindspore_from_the_model(tmp_path):
     assert load(tmp_path)["framework"] == "mindspore"
     explicit = msprobe_lite.PrecisionDebugger(dump_path=str(tmp_path), level="L0", framework="mindspore")
     assert isinstance(explicit, PrecisionDebugger)
+
+
+@pytest.mark.parametrize("values,dtype", [
+    (np.random.RandomState(0).randn(3, 5), ms.float32), (np.random.RandomState(1).randn(7), ms.float16),
+    (np.random.RandomState(2).randn(4, 4), ms.bfloat16), (np.random.RandomState(3).randn(6), ms.float64),
+    (np.arange(-3, 9), ms.int32), (np.arange(5), ms.int64), (np.arange(4), ms.uint8),
+    (np.array([1.0, np.nan, -2.0]), ms.float32), (np.array([1.0, np.inf]), ms.float32), (np.array(2.5), ms.float32)])
+def test_accelerator_statistics_ops_agree_with_the_numpy_route(values, dtype):
+    """The accelerator route (MindSpore ops, fetched in one batch) is run here on the CPU: every operator it
+    uses must exist for these dtypes and give the numbers of the numpy route."""
+    from msprobe_lite.core.records import TensorSummary
+    from msprobe_lite.mindspore.summary import PendingStats, device_stats, resolve_pending, tensor_stats
+
+    t = ms.Tensor(values).astype(dtype)
+    value, kind = device_stats(t)
+    summary = TensorSummary("mindspore.Tensor", str(t.dtype), list(t.shape), None)
+    resolve_pending([PendingStats(value, kind, summary)])
+    want = tensor_stats(t)
+    for got, expected in zip(summary.stats, want):
+        if isinstance(expected, float) and math.isnan(expected):
+            assert math.isnan(got)
+        else:
+            assert got == pytest.approx(expected, rel=1e-5), (summary.stats, want)
+
+
+def test_bool_statistics_on_both_routes():
+    from msprobe_lite.mindspore.summary import _as_stats, device_stats, tensor_stats
+
+    t = ms.Tensor(np.array([True, False, True]))
+    value, kind = device_stats(t)
+    assert tensor_stats(t) == _as_stats(value.asnumpy().tolist(), kind) == (True, False, None, None)
