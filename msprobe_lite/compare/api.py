@@ -15,6 +15,7 @@ from .metrics import eps_of
 from .frameworks import translations
 from .pair import pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs
+from .rows import params_grad_owner
 
 
 CSV_BACKGROUND_MIN = 20000   # record pairs from which the table is written by a second process
@@ -112,8 +113,9 @@ def _upstream(name: str, seen_err: dict) -> float:
     base, direction, index = split_name(name)
     if direction == "backward":
         return seen_err.get((base, "forward", index), 0.0)
-    if ".parameters_grad." in name:  # a module never called itself (its weight used directly): all so far
-        return seen_err.get(name.split(".parameters_grad.")[0], seen_err.get("*", 0.0))
+    owner = params_grad_owner(name)
+    if owner:  # a module never called itself (its weight used directly): all so far
+        return seen_err.get(owner, seen_err.get("*", 0.0))
     return 0.0
 
 

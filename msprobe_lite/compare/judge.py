@@ -65,6 +65,11 @@ def same_dtype(dtype: str) -> str:
     return dtype.lower().replace("torch.", "").replace("mindspore.", "")
 
 
+def _value(obj: dict):
+    """What a non-tensor object holds: its value, or a process group's ranks (it has no "value")."""
+    return obj.get("value", obj.get("group_ranks"))
+
+
 def _worse(a: str, b: str) -> str:
     return a if _RANK[a] >= _RANK[b] else b
 
@@ -104,7 +109,7 @@ class Judge:
                 out[columns[0]] = obj.get("Max", obj.get("value"))
                 out[columns[1]], out[columns[2]], out[columns[3]] = obj.get("Min"), obj.get("Mean"), obj.get("Norm")
         if not (t_row.is_tensor and g_row.is_tensor):
-            tv, gv = t.get("value"), g.get("value")
+            tv, gv = _value(t), _value(g)
             if tv != gv and not (isinstance(tv, float) and isinstance(gv, float) and tv != tv and gv != gv):
                 problems.append(f"value differs: {tv!r} vs {gv!r}")
                 err = math.inf if not isinstance(tv, (int, float)) or not isinstance(gv, (int, float)) \
@@ -190,7 +195,7 @@ class Judge:
                     errs[t_row.role].append(err)
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
-                                     f"{t_row.obj.get('value')!r} vs {g_row.obj.get('value')!r}")
+                                     f"{_value(t_row.obj)!r} vs {_value(g_row.obj)!r}")
                     problems = []
                 if "_thousandth" in row:
                     extra[t_row.role].setdefault("thousandth", []).append(row.pop("_thousandth"))

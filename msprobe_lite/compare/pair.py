@@ -49,9 +49,13 @@ def dtype_kind(dtype: str) -> str:
     return d
 
 
-def signature(rows) -> tuple:
+def signature(name: str, rows) -> tuple:
+    """What a call was given and gave back: role, shape (or type) and dtype kind of each row. A module's
+    parameters are left out: the reference tool's 1.0 versions did not dump them, and a call is the same
+    call whether or not its weights were written down."""
+    params = name + ".parameters."
     return tuple((row.role, tuple(row.shape) if row.is_tensor else row.obj.get("type"), dtype_kind(row.dtype))
-                 for row in rows)
+                 for row in rows if not row.name.startswith(params))
 
 
 def _group_key(name: str, parents: dict, rename) -> tuple:
@@ -74,11 +78,22 @@ def _same(name):
     return name
 
 
+def _canonical(rename):
+    """`rename`, then one name for the two layouts of parameter-gradient records: the reference tool's
+    1.2 to 8.1 versions wrote `X.parameters_grad`, once per module and step; current versions and
+    msprobe_lite write `X.parameters_grad.0` (the index counts the module's calls)."""
+    def name_of(name):
+        name = rename(name)
+        return name + ".0" if name.endswith(".parameters_grad") else name
+    return name_of
+
+
 def pair_records(target, golden, rename=_same, rename_golden=_same) -> list:
     """Pairs in target execution order; golden-only records follow the pair of the golden record before them.
 
     `rename` and `rename_golden` map each side's names into one naming where they can meet: user mappings
     on the target, and a MindSpore side read in PyTorch's names when the frameworks differ."""
+    rename, rename_golden = _canonical(rename), _canonical(rename_golden)
     groups_t: dict = {}
     groups_g: dict = {}
     for name in target.records:
@@ -94,8 +109,8 @@ def pair_records(target, golden, rename=_same, rename_golden=_same) -> list:
             golden_names = {rename_golden(g): g for g in g_names}
             partner.update({n: golden_names[rename(n)] for n in t_names if rename(n) in golden_names})
             continue
-        sig_t = [signature(target.rows(n)) for n in t_names]
-        sig_g = [signature(golden.rows(n)) for n in g_names]
+        sig_t = [signature(n, target.rows(n)) for n in t_names]
+        sig_g = [signature(n, golden.rows(n)) for n in g_names]
         partner.update(zip(t_names, g_names) if sig_t == sig_g else _align(t_names, g_names, sig_t, sig_g))
     paired_golden = {g: t for t, g in partner.items()}
     pairs = []

@@ -39,8 +39,11 @@ class Dump:
         """The record flattened into rows, computed once (pairing, precision and judging all use them)."""
         rows = self._rows.get(name)
         if rows is None:
-            from .rows import record_rows
-            rows = self._rows[name] = record_rows(name, self.records[name])
+            from .rows import RowError, record_rows
+            try:
+                rows = self._rows[name] = record_rows(name, self.records[name])
+            except RowError as exc:
+                raise DumpError(f"{self.path}: record {name!r}: {exc}") from None
         return rows
 
 
@@ -57,6 +60,41 @@ def _load_json(path: str, what: str):
         raise DumpError(f"{path}: cannot be read ({what}): {exc}") from None
 
 
+def _texts(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _load_stacks(path: str) -> dict:
+    """record name -> frames, from {"0": [[names], [frames]]} (identical stacks stored once) or from the
+    older {name: [frames]} of the reference tool's 1.x versions."""
+    raw = _load_json(path, "stack.json")
+    if not isinstance(raw, dict):
+        raise DumpError(f"{path}: expected an object of call stacks, got {type(raw).__name__}")
+    stacks = {}
+    for key, entry in raw.items():
+        if isinstance(entry, list) and len(entry) == 2 and _texts(entry[0]) and isinstance(entry[1], str):
+            entry = [entry[0], [entry[1]]]   # a stack written as one text
+        if isinstance(entry, list) and len(entry) == 2 and _texts(entry[0]) and _texts(entry[1]):
+            stacks.update(dict.fromkeys(entry[0], entry[1]))
+        elif _texts(entry):
+            stacks[key] = entry
+        else:
+            raise DumpError(f"{path}: entry {key!r}: expected [[record names], [frames]] or a list of frames, "
+                            f"as text")
+    return stacks
+
+
+def _load_parents(path: str) -> dict:
+    """record name -> parent record name (or null), from construct.json."""
+    raw = _load_json(path, "construct.json")
+    if not isinstance(raw, dict):
+        raise DumpError(f"{path}: expected an object of record name -> parent name, got {type(raw).__name__}")
+    for name, parent in raw.items():
+        if parent is not None and not isinstance(parent, str):
+            raise DumpError(f"{path}: the parent of {name!r} is {parent!r}, expected a record name or null")
+    return raw
+
+
 def load_dump(dump_json: str, step: int | None = None, rank: int | None = None) -> Dump:
     content = _load_json(dump_json, "dump.json")
     if not isinstance(content, dict) or not isinstance(content.get("data"), dict):
@@ -66,21 +104,13 @@ def load_dump(dump_json: str, step: int | None = None, rank: int | None = None) 
         if not isinstance(record, dict):
             raise DumpError(f"{dump_json}: record {name!r} is a {type(record).__name__}, expected an object")
     folder = os.path.dirname(os.path.abspath(dump_json))
-    stacks, parents = {}, {}
     stack_file = os.path.join(folder, "stack.json")
-    if os.path.exists(stack_file):
-        raw = _load_json(stack_file, "stack.json")
-        for key, entry in (raw.items() if isinstance(raw, dict) else ()):
-            if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list):
-                stacks.update(dict.fromkeys(entry[0], entry[1]))   # {"0": [[names], [frames]]}
-            elif isinstance(entry, list):
-                stacks[key] = entry                                   # older layout: {name: [frames]}
+    stacks = _load_stacks(stack_file) if os.path.exists(stack_file) else {}
     construct_file = os.path.join(folder, "construct.json")
-    if os.path.exists(construct_file):
-        raw = _load_json(construct_file, "construct.json")
-        if isinstance(raw, dict):
-            parents = raw
+    parents = _load_parents(construct_file) if os.path.exists(construct_file) else {}
     data_dir = content.get("dump_data_dir")
+    if data_dir is not None and not isinstance(data_dir, str):
+        raise DumpError(f"{dump_json}: \"dump_data_dir\" is {data_dir!r}, expected a folder path or null")
     local = os.path.join(folder, "dump_tensor_data")
     if os.path.isdir(local):
         data_dir = local  # the dump may have been moved since it was written

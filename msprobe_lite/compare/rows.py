@@ -6,7 +6,24 @@ knows whether it is an input (what the call was given) or an output (what it pro
 """
 from __future__ import annotations
 
+import re
+
 INPUT, OUTPUT = "input", "output"
+
+
+class RowError(ValueError):
+    """A tensor or value object that cannot be a row; the reader adds which file and record it is in."""
+
+
+def _is_shape(shape) -> bool:
+    """A list of integers. sum() checks that in C, cheaply enough for every tensor of a large dump: it fails
+    on text, lists and objects, and gives a float when a dimension is one."""
+    if shape.__class__ is not list:
+        return False
+    try:
+        return sum(shape).__class__ is int
+    except TypeError:
+        return False
 
 
 class Row:
@@ -22,13 +39,17 @@ class Row:
         self.is_tensor = "dtype" in obj and "shape" in obj
         self.dtype = str(obj.get("dtype", obj.get("type", "")))
         self.shape = obj.get("shape")
+        if self.is_tensor and not _is_shape(self.shape):
+            raise RowError(f"row {name}: the tensor's \"shape\" is {self.shape!r}, expected a list of integers")
 
     def __repr__(self) -> str:
         return f"Row({self.name!r}, {self.role!r}, {self.obj!r})"
 
 
 def _is_leaf(value: dict) -> bool:
-    return "type" in value and ("dtype" in value or "value" in value or "Max" in value)
+    """A tensor or value object: it names its type. Whatever else it holds (a value, statistics, a process
+    group's ranks) is the value's; a dict whose "type" is not a string is a container (a kwarg named type)."""
+    return value.get("type").__class__ is str
 
 
 def _leaves(value, name: str, role: str, out: list) -> None:
@@ -48,9 +69,20 @@ def _leaves(value, name: str, role: str, out: list) -> None:
                 _leaves(v, f"{name}.{i}", role, out)
 
 
-# key in a record -> (row infix, role); order = the row order the spec asks for
+# key in a record -> (row infix, role); order = the row order the spec asks for. `grad_output` / `grad_input`:
+# backward records of the reference tool's 1.0 versions (what flows into the backward, and what it produces)
 _PARTS = (("input_args", "input", INPUT), ("input_kwargs", "input", INPUT), ("input", "input", INPUT),
-          ("parameters", "parameters", INPUT), ("output", "output", OUTPUT))
+          ("grad_output", "input", INPUT), ("parameters", "parameters", INPUT), ("output", "output", OUTPUT),
+          ("grad_input", "output", OUTPUT))
+_PARAMS_GRAD = re.compile(r"^(.+)\.parameters_grad(\.\d+)?$")
+
+
+def params_grad_owner(name: str):
+    """The module record a parameter-gradient record belongs to (`Module.fc.Linear` for
+    `Module.fc.Linear.parameters_grad.0`, and for the reference's older `...parameters_grad` without an
+    index), or None for any other record."""
+    m = _PARAMS_GRAD.match(name)
+    return m.group(1) if m else None
 
 
 def record_rows(name: str, record) -> list:
@@ -59,7 +91,7 @@ def record_rows(name: str, record) -> list:
         for key, infix, role in _PARTS:
             if key in record:
                 _leaves(record[key], f"{name}.{infix}", role, rows)
-    elif ".parameters_grad." in name and isinstance(record, dict):
+    elif isinstance(record, dict) and params_grad_owner(name):
         for pname, value in record.items():
             values = value if isinstance(value, list) else [value]
             if len(values) == 1:

@@ -22,7 +22,10 @@ class TensorFileError(ValueError):
     """A tensor file that is missing or cannot be loaded, named with the dump.json that names it."""
 
 
-def tensor_path(dump, data_name: str) -> str:
+def tensor_path(dump, data_name) -> str:
+    """Where the dump keeps the tensor file it names `data_name`."""
+    if not isinstance(data_name, str):
+        raise TensorFileError(f"{dump.path}: \"data_name\" is {data_name!r}, expected a tensor file name")
     return os.path.join(dump.data_dir or "", data_name)
 
 
