@@ -110,6 +110,8 @@ class Debugger:
         self.session.next_step()
         self.summarizer.reset()
         self.recorder.end_step()
+        if self.modules is not None:
+            self.modules.end_step()
         if self.session.finished:
             if self.modules is not None:
                 self.modules.detach()

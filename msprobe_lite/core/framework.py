@@ -11,6 +11,7 @@ class Framework:
     """Hooks into one framework's tensors and modules. Every method is called on the hot path: keep them thin."""
 
     name = ""          # dump.json's "framework"
+    tensor_hooks = True  # gradients through per-tensor hooks; False: through the module backward hook
     module_kind = ""   # record prefix of modules: "Module" or "Cell"
     module_type: type = object  # the class every hooked model (and submodule) is an instance of
 
@@ -44,6 +45,27 @@ class Framework:
         raise NotImplementedError
 
     @staticmethod
+    def hook_forward(module, pre, post) -> list:
+        """Register `pre(module, args, kwargs)` before and `post(module, args, kwargs, output)` after every call
+        of `module` (post also when the call raises); returns the handles."""
+        return [module.register_forward_pre_hook(pre, with_kwargs=True),
+                module.register_forward_hook(post, with_kwargs=True, always_call=True)]
+
+    @staticmethod
+    def hook_backward(module, fn):
+        """Only when `tensor_hooks` is False: call `fn(grads w.r.t. outputs, grads w.r.t. inputs)` when the
+        module's backward runs; returns a handle, or None when the framework offers no such hook."""
+        return None
+
+    @staticmethod
     def on_param_grad(param, fn):
         """Call `fn(grad)` with the parameter's gradient once it is final for the step; returns a handle."""
         raise NotImplementedError
+
+
+class NoHandle:
+    """The handle of a hook that was not registered (nothing to remove)."""
+
+    @staticmethod
+    def remove() -> None:
+        pass

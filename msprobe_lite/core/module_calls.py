@@ -32,6 +32,7 @@ class ModuleHooks:
         self._hooked = weakref.WeakSet()  # root models already hooked (ids could be reused)
         self._handles = []                # module and parameter hook handles
         self._local = threading.local()
+        self._awaiting = {}               # path -> backward calls waiting for the module backward hook
 
     # -- the module stack, per thread -------------------------------------------------------------------------
     def calls(self) -> list:
@@ -74,8 +75,11 @@ class ModuleHooks:
         cls = type(module).__name__
         params = self.framework.own_parameters(module)
         handles = self._handles
-        handles.append(module.register_forward_pre_hook(self._pre_hook(path, cls, params), with_kwargs=True))
-        handles.append(module.register_forward_hook(self._post_hook(), with_kwargs=True, always_call=True))
+        handles.extend(self.framework.hook_forward(module, self._pre_hook(path, cls, params), self._post_hook(path)))
+        if not self.framework.tensor_hooks:
+            handle = self.framework.hook_backward(module, self._backward_hook(path))
+            if handle is not None:
+                handles.append(handle)
         grad_record = params_grad_record(self.kind, path, cls, 0)
         for pname, param in params:
             handles.append(self.framework.on_param_grad(param, self._param_hook(grad_record, pname)))
@@ -100,7 +104,9 @@ class ModuleHooks:
             return None
         return pre_hook
 
-    def _post_hook(self):
+    def _post_hook(self, path):
+        awaiting = self._awaiting
+
         @guarded("forward hook")
         def post_hook(module, args, kwargs, output):
             stack = self.calls()
@@ -110,8 +116,32 @@ class ModuleHooks:
             if output is None and sys.exc_info()[0] is not None:
                 return None  # the forward raised: no output to record
             self.recorder.end(call, output)
+            if call.backward is not None and not self.framework.tensor_hooks:
+                awaiting.setdefault(path, []).append(call.backward)
             return None
         return post_hook
+
+    def _backward_hook(self, path):
+        """Without tensor hooks, a module's backward hook reports each backward call; calls of one module
+        run backward in reverse order, so the latest forward call still waiting is the one."""
+        awaiting = self._awaiting
+
+        @guarded(f"backward hook of {self.kind}.{path}")
+        def backward_hook(grads_wrt_outputs, grads_wrt_inputs):
+            waiting = awaiting.get(path)
+            if not waiting:
+                return
+            call = waiting.pop()
+            call.n_out = len(grads_wrt_outputs)
+            for i, grad in enumerate(grads_wrt_outputs):
+                call.fill("input", i, grad)
+            for i, grad in enumerate(grads_wrt_inputs):
+                call.fill("output", i, grad)
+        return backward_hook
+
+    def end_step(self) -> None:
+        """Backward calls that never came (a forward without backward) are not carried into the next step."""
+        self._awaiting.clear()
 
     def _param_hook(self, record_name, pname):
         session, summarizer = self.session, self.summarizer

@@ -15,7 +15,7 @@ try:  # MindSpore 2.9 moved it; 2.0 to 2.8 have it under common
 except ImportError:  # pragma: no cover - older MindSpore
     from mindspore.common.api import _pynative_executor
 
-from ..core.framework import Framework
+from ..core.framework import Framework, NoHandle
 
 
 class MindSporeFramework(Framework):
@@ -60,7 +60,7 @@ class MindSporeFramework(Framework):
     def on_param_grad(param, fn):
         """The gradient the grad function returns for this parameter (MindSpore has no `.grad` to fill)."""
         if not param.requires_grad:
-            return _NoHandle
+            return NoHandle
         return param.register_hook(fn)
 
 
@@ -68,9 +68,3 @@ def is_jit(cell) -> bool:
     """A cell whose construct is compiled by `mindspore.jit` (decorated, or given a jit config)."""
     construct = type(cell).__dict__.get("construct")
     return getattr(construct, "__wrapped__", None) is not None or bool(getattr(cell, "_jit_config_dict", None))
-
-
-class _NoHandle:
-    @staticmethod
-    def remove() -> None:
-        pass

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.framework import Framework
+from ..core.framework import Framework, NoHandle
 
 
 class TorchFramework(Framework):
@@ -37,11 +37,5 @@ class TorchFramework(Framework):
     def on_param_grad(param, fn):
         """After accumulation into `.grad`: what the optimizer will use, summed over micro-batches."""
         if not param.requires_grad:
-            return _NoHandle
+            return NoHandle
         return param.register_post_accumulate_grad_hook(lambda p: fn(p.grad))
-
-
-class _NoHandle:
-    @staticmethod
-    def remove() -> None:
-        pass
