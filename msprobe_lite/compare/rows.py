@@ -63,7 +63,7 @@ def _leaves(value, name: str, role: str, out: list) -> None:
             _leaves(v, f"{name}.{key}", role, out)
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            if v.__class__ is dict and _is_leaf(v):
+            if v.__class__ is dict and v.get("type").__class__ is str:   # _is_leaf, inlined
                 out.append(Row(f"{name}.{i}", role, v))
             else:
                 _leaves(v, f"{name}.{i}", role, out)
@@ -74,6 +74,7 @@ def _leaves(value, name: str, role: str, out: list) -> None:
 _PARTS = (("input_args", "input", INPUT), ("input_kwargs", "input", INPUT), ("input", "input", INPUT),
           ("grad_output", "input", INPUT), ("parameters", "parameters", INPUT), ("output", "output", OUTPUT),
           ("grad_input", "output", OUTPUT))
+_PART_KEYS = frozenset(key for key, _, _ in _PARTS)
 _PARAMS_GRAD = re.compile(r"^(.+)\.parameters_grad(\.\d+)?$")
 
 
@@ -87,7 +88,7 @@ def params_grad_owner(name: str):
 
 def record_rows(name: str, record) -> list:
     rows: list = []
-    if isinstance(record, dict) and any(k in record for k, _, _ in _PARTS):
+    if isinstance(record, dict) and not _PART_KEYS.isdisjoint(record):
         for key, infix, role in _PARTS:
             if key in record:
                 _leaves(record[key], f"{name}.{infix}", role, rows)
