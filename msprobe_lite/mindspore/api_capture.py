@@ -19,18 +19,30 @@ import functools
 import os
 import threading
 
+import importlib
+
 import mindspore as ms
-import mindspore.mint.nn.functional as mint_functional
 import yaml
-from mindspore import mint, ops
+from mindspore import ops
 
 from ..core.naming import BACKWARD, FORWARD, api_record
 from ..core.safety import guarded, log
 
 API_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apis.yaml")
+
+
+def _optional(module: str):
+    """A namespace that older MindSpore lacks (mindspore.mint arrived in 2.3), or None."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
 # section of apis.yaml -> (record prefix, where the names live, the names are primitive classes)
 SECTIONS = {"ops": ("Functional", ops, False), "tensor": ("Tensor", ms.Tensor, False),
-            "mint": ("Mint", mint, False), "mint.nn.functional": ("MintFunctional", mint_functional, False),
+            "mint": ("Mint", _optional("mindspore.mint"), False),
+            "mint.nn.functional": ("MintFunctional", _optional("mindspore.mint.nn.functional"), False),
             "primitive": ("Primitive", ops, True)}
 # Tensor operators under the names PyTorch's capture gives them, so both frameworks' dumps pair by name.
 OPERATOR_NAMES = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__sub__": "sub", "__isub__": "sub_",
@@ -41,26 +53,43 @@ OPERATOR_NAMES = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__su
 OPTIMIZER = "optimizer"
 
 
+def load_api_list(path: str = API_LIST, sections=None, ignored=(), tensor_type=None) -> tuple:
+    """((owner, attribute, prefix, record api name, is primitive class), ...) from an API list YAML.
+
+    `sections` maps YAML sections to (prefix, namespace, primitive) (default: MindSpore's own); sections in
+    `ignored` may appear and are skipped. The operators of `tensor_type` (default mindspore.Tensor) are
+    always included, under PyTorch's names."""
+    return _load_api_list(path, tuple((sections or SECTIONS).items()), tuple(ignored), tensor_type or ms.Tensor)
+
+
 @functools.lru_cache(maxsize=8)
-def load_api_list(path: str = API_LIST) -> tuple:
-    """((owner, attribute, prefix, record api name, is primitive class), ...) from an API list YAML."""
+def _load_api_list(path, sections, ignored, tensor_type) -> tuple:
     with open(path, encoding="utf-8") as f:
         spec = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-    if not isinstance(spec, dict) or set(spec) - set(SECTIONS):
-        raise ValueError(f"{path}: expected a mapping with sections {sorted(SECTIONS)}, "
+    known = {section for section, _ in sections} | set(ignored)
+    if not isinstance(spec, dict) or set(spec) - known:
+        raise ValueError(f"{path}: expected a mapping with sections {sorted(known)}, "
                          f"got {sorted(spec) if isinstance(spec, dict) else type(spec).__name__}")
-    entries, missing = [], []
-    for section, (prefix, namespace, primitive) in SECTIONS.items():
-        for name in spec.get(section) or []:
-            name = str(name)
+    entries, missing, seen = [], [], set()
+    for section, (prefix, namespace, primitive) in sections:
+        if namespace is None:
+            continue  # not in this MindSpore
+        names = [str(n) for n in spec.get(section) or []]
+        if namespace is tensor_type:
+            names += [n for n in OPERATOR_NAMES if n not in names]
+        for name in names:
             value = getattr(namespace, name, None)
+            if (id(namespace), name) in seen:
+                continue
             if primitive:
                 if isinstance(value, type) and callable(getattr(value, "__call__", None)):
                     entries.append((value, "__call__", prefix, name, True))
+                    seen.add((id(namespace), name))
                     continue
             elif callable(value):
-                api = OPERATOR_NAMES.get(name, name) if namespace is ms.Tensor else name
+                api = OPERATOR_NAMES.get(name, name) if namespace is tensor_type else name
                 entries.append((namespace, name, prefix, api, False))
+                seen.add((id(namespace), name))
                 continue
             missing.append(f"{section}.{name}")
     if missing:
@@ -94,12 +123,12 @@ class Quiet:
 class ApiCapture:
     """Wraps the listed APIs between activate() and deactivate(); `modules` (mix) gives each call its parent."""
 
-    def __init__(self, session, recorder, modules=None, depth: _Depth | None = None, api_list: str = API_LIST):
+    def __init__(self, session, recorder, modules=None, depth: _Depth | None = None, entries=None):
         self.session = session
         self.recorder = recorder
         self.modules = modules
         self.depth = depth if depth is not None else _Depth()
-        self.entries = load_api_list(api_list)
+        self.entries = entries if entries is not None else load_api_list()
         self.active = False
         self._wrappers = None   # made once, on first activation
         self._saved = []        # (owner, attribute, what its own __dict__ held, or _ABSENT)

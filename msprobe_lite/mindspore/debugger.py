@@ -10,6 +10,7 @@ import mindspore as ms
 
 from ..core.debugger import Debugger
 from ..core.safety import log
+from . import mindtorch
 from .api_capture import ApiCapture, Quiet, _Depth
 from .framework import MindSporeFramework, is_jit
 from .summary import MindSporeSummarizer
@@ -40,7 +41,12 @@ class PrecisionDebugger(Debugger):
     def __init__(self, *args, **kwargs):
         self._depth = _Depth()   # shared by the capture and the summarizer: "this is the debugger's call"
         self._warned = set()
+        self._torch_like = mindtorch.torch_namespace()   # MSAdapter / MindTorch scenario
+        if self._torch_like is not None:
+            self.framework = mindtorch.framework_for(self._torch_like)
         super().__init__(*args, **kwargs)
+        if self._torch_like is not None:
+            log.info("MSAdapter scenario (%s): PyTorch names, framework 'mindtorch'", self._torch_like.__name__)
 
     @staticmethod
     def current_rank():
@@ -53,7 +59,8 @@ class PrecisionDebugger(Debugger):
         return MindSporeSummarizer(self.session, Quiet(self._depth))
 
     def make_api_capture(self):
-        return ApiCapture(self.session, self.recorder, self.modules, self._depth)
+        entries = mindtorch.api_entries(self._torch_like) if self._torch_like is not None else None
+        return ApiCapture(self.session, self.recorder, self.modules, self._depth, entries)
 
     def start(self, model=None) -> None:
         if graph_mode():

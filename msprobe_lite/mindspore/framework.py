@@ -5,8 +5,15 @@ MindSpore 2.x offers PyTorch's hook surface on cells (`register_forward_pre_hook
 a grad function (`mindspore.value_and_grad`, `mindspore.grad`) runs its backward. A non-leaf tensor has no
 `requires_grad` flag, so every tensor that a call sees while a grad function runs gets a hook; one that gets
 no gradient simply never fires.
+
+MindSpore 2.0 (the MSAdapter stack) has neither: its cell hooks take `(cell_id, inputs[, output])`, and
+gradients come only from the cell backward hook `(cell_id, grads w.r.t. outputs, grads w.r.t. inputs)`,
+which sees no parameter gradients and no API-level gradients. The class adapts to what the installed
+MindSpore offers, once, at import.
 """
 from __future__ import annotations
+
+import inspect
 
 import mindspore as ms
 
@@ -18,20 +25,38 @@ except ImportError:  # pragma: no cover - older MindSpore
 from ..core.framework import Framework, NoHandle
 
 
+TENSOR_HOOKS = hasattr(ms.Tensor, "register_hook")
+CELL_HOOKS_WITH_KWARGS = "with_kwargs" in inspect.signature(ms.nn.Cell.register_forward_pre_hook).parameters
+
+
 class MindSporeFramework(Framework):
     name = "mindspore"
     module_kind = "Cell"
     module_type = ms.nn.Cell
+    tensor_hooks = TENSOR_HOOKS
 
     @staticmethod
     def is_tensor(value) -> bool:
         return isinstance(value, ms.Tensor)
 
-    recording_gradients = staticmethod(_pynative_executor.requires_grad)
+    recording_gradients = staticmethod(getattr(_pynative_executor, "requires_grad", None)
+                                       or _pynative_executor.grad_flag)
 
     @staticmethod
     def may_get_grad(tensor) -> bool:
-        return not isinstance(tensor, ms.Parameter) or tensor.requires_grad
+        return TENSOR_HOOKS and (not isinstance(tensor, ms.Parameter) or tensor.requires_grad)
+
+    if not CELL_HOOKS_WITH_KWARGS:
+        @staticmethod
+        def hook_forward(module, pre, post) -> list:
+            """MindSpore 2.0: hooks receive a cell id, not the cell, and no keyword arguments."""
+            return [module.register_forward_pre_hook(lambda _id, args: pre(module, args, {})),
+                    module.register_forward_hook(lambda _id, args, output: post(module, args, {}, output))]
+
+    @staticmethod
+    def hook_backward(module, fn):
+        """MindSpore 2.0's cell backward hook: (cell id, grads w.r.t. outputs, grads w.r.t. inputs)."""
+        return module.register_backward_hook(lambda _id, grads_out, grads_in: fn(grads_out, grads_in))
 
     @staticmethod
     def on_grad(tensor, fn):
@@ -59,7 +84,7 @@ class MindSporeFramework(Framework):
     @staticmethod
     def on_param_grad(param, fn):
         """The gradient the grad function returns for this parameter (MindSpore has no `.grad` to fill)."""
-        if not param.requires_grad:
+        if not param.requires_grad or not TENSOR_HOOKS:
             return NoHandle
         return param.register_hook(fn)
 

@@ -7,14 +7,15 @@ the dropout cells and functions become identities (cells created before the call
 from __future__ import annotations
 
 import mindspore as ms
-import mindspore.mint.nn.functional as mint_functional
-from mindspore import mint, nn, ops
+from mindspore import nn, ops
 
 from ..core.seed import seed_python
+from .api_capture import _optional
 
 _DROPOUT_CELLS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "DropoutExt", "Dropout2dExt")
+_MINT_NN = _optional("mindspore.mint.nn")
 _DROPOUT_FUNCTIONS = ((ops, ("dropout", "dropout1d", "dropout2d", "dropout3d")),
-                      (mint_functional, ("dropout", "dropout2d")))
+                      (_optional("mindspore.mint.nn.functional"), ("dropout", "dropout2d")))
 
 
 def _identity_cell(self, x, *args, **kwargs):
@@ -31,13 +32,13 @@ def _identity_function(original):
 
 def remove_dropout() -> None:
     """Every dropout cell and functional dropout of ops, mint and nn becomes an identity; idempotent."""
-    for namespace in (nn, mint.nn):
+    for namespace in (nn, _MINT_NN):
         for name in _DROPOUT_CELLS:
             cls = getattr(namespace, name, None)
             if isinstance(cls, type):
                 cls.construct = _identity_cell
     for namespace, names in _DROPOUT_FUNCTIONS:
-        for name in names:
+        for name in names if namespace is not None else ():
             fn = getattr(namespace, name, None)
             if callable(fn) and not hasattr(fn, "__msprobe_lite_original__"):
                 setattr(namespace, name, _identity_function(fn))
@@ -49,6 +50,9 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
     seed_python(seed, mode, rm_dropout)
     ms.set_seed(seed)
     if mode:
-        ms.set_deterministic(True)
+        if hasattr(ms, "set_deterministic"):
+            ms.set_deterministic(True)
+        else:  # MindSpore before 2.3
+            ms.set_context(deterministic="ON")
     if rm_dropout:
         remove_dropout()
