@@ -1,9 +1,12 @@
-"""Compare throughput: two synthetic statistics dumps of N records (default 100k), timed end to end.
+"""Compare throughput: two synthetic dumps, timed end to end (including the CSV, summary.json, report.html).
 
-The records look like an L1 dump (two tensor inputs, a scalar keyword, one output; a forward and a
-backward record per call, a few hundred APIs). Reports records/s and MB/s of dump.json read.
+Statistics mode (default): N records per side (default 100k) that look like an L1 dump (two tensor inputs,
+a scalar keyword, one output; a forward and a backward record per call, a few hundred APIs). Reports
+records/s and MB/s of dump.json read. Tensor mode (--tensors K): K float32 tensors of --elements each per
+side, saved as .npy, compared with --workers processes; reports MB/s of tensor files read.
 
     .venv/bin/python tools/bench_compare.py --records 100000
+    .venv/bin/python tools/bench_compare.py --tensors 48 --elements 1000000 --workers 1
 """
 from __future__ import annotations
 
@@ -52,16 +55,58 @@ def write_dump(folder, records, seed, noise):
     return path
 
 
+def write_tensor_dump(folder, count, elements, seed):
+    """A tensor-mode dump of `count` forward records, one float32 output each, in .npy files."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    noise = np.random.default_rng(seed)
+    data_dir = os.path.join(folder, "dump_tensor_data")
+    os.makedirs(data_dir)
+    data = {}
+    for i in range(count):
+        array = rng.standard_normal(elements, dtype=np.float32)
+        array += noise.standard_normal(elements, dtype=np.float32) * np.float32(1e-6)
+        name = f"Functional.op{i}.0.forward"
+        np.save(os.path.join(data_dir, f"{name}.output.0.npy"), array)
+        data[name] = {"input_args": [], "input_kwargs": {}, "output": [
+            {"type": "mindspore.Tensor", "dtype": "Float32", "shape": [elements], "Max": float(array.max()),
+             "Min": float(array.min()), "Mean": float(array.mean()), "Norm": float(np.linalg.norm(array)),
+             "data_name": f"{name}.output.0.npy"}]}
+    with open(os.path.join(folder, "dump.json"), "w") as f:
+        f.write(json.dumps({"task": "tensor", "level": "L1", "framework": "mindspore", "dump_data_dir": data_dir,
+                            "data": data}))
+    return folder
+
+
+def tensor_bench(args) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        target = write_tensor_dump(os.path.join(tmp, "t", "step0", "rank"), args.tensors, args.elements, 1)
+        golden = write_tensor_dump(os.path.join(tmp, "g", "step0", "rank"), args.tensors, args.elements, 2)
+        size = 2 * args.tensors * args.elements * 4
+        start = time.perf_counter()
+        compare(target, golden, os.path.join(tmp, "out"), quiet=True, workers=args.workers)
+        elapsed = time.perf_counter() - start
+    print(f"{args.tensors} tensors of {args.elements} float32 per side, {size / 1e6:.0f} MB of tensor files, "
+          f"{args.workers or os.cpu_count()} worker(s): {elapsed:.2f} s, {size / 1e6 / elapsed:.0f} MB/s")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--tensors", type=int, default=0, help="tensor mode: this many tensors per side")
+    parser.add_argument("--elements", type=int, default=1_000_000, help="tensor mode: elements per tensor")
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
     args = parser.parse_args(argv)
+    if args.tensors:
+        return tensor_bench(args)
     with tempfile.TemporaryDirectory() as tmp:
         target = write_dump(os.path.join(tmp, "t", "step0", "rank"), args.records, 1, 1e-6)
         golden = write_dump(os.path.join(tmp, "g", "step0", "rank"), args.records, 2, 0.0)
         size = os.path.getsize(target) + os.path.getsize(golden)
         start = time.perf_counter()
-        compare(target, golden, os.path.join(tmp, "out"), quiet=True, html=True)
+        compare(target, golden, os.path.join(tmp, "out"), quiet=True, html=True, workers=args.workers)
         elapsed = time.perf_counter() - start
     print(f"{args.records} records per side, {size / 1e6:.1f} MB of dump.json: {elapsed:.2f} s, "
           f"{args.records / elapsed:,.0f} records/s, {size / 1e6 / elapsed:.1f} MB/s")
