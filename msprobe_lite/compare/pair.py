@@ -50,12 +50,14 @@ def dtype_kind(dtype: str) -> str:
 
 
 def signature(name: str, rows) -> tuple:
-    """What a call was given and gave back: role, shape (or type) and dtype kind of each row. A module's
-    parameters are left out: the reference tool's 1.0 versions did not dump them, and a call is the same
-    call whether or not its weights were written down."""
+    """What a call was given and gave back: role, shape and dtype kind of each tensor. A module's parameters
+    are left out: the reference tool's 1.0 versions did not dump them, and a call is the same call whether
+    or not its weights were written down. So are scalar arguments: frameworks spell defaults differently
+    (PyTorch's `F.relu` passes `inplace=False`, MSAdapter's does not), and a call whose scalar differs is
+    better paired and judged ("argument differs") than left unmatched."""
     params = name + ".parameters."
-    return tuple((row.role, tuple(row.shape) if row.is_tensor else row.obj.get("type"), dtype_kind(row.dtype))
-                 for row in rows if not row.name.startswith(params))
+    return tuple((row.role, tuple(row.shape), dtype_kind(row.dtype))
+                 for row in rows if row.is_tensor and not row.name.startswith(params))
 
 
 def _group_key(name: str, parents: dict, rename) -> tuple:
