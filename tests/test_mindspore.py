@@ -415,8 +415,8 @@ def test_top_level_debugger_picks_mindspore_from_the_model(tmp_path):
 def test_accelerator_statistics_ops_agree_with_the_numpy_route(values, dtype):
     """The accelerator route (MindSpore ops, fetched in one batch) is run here on the CPU: every operator it
     uses must exist for these dtypes and give the numbers of the numpy route."""
-    from msprobe_lite.core.records import TensorSummary
-    from msprobe_lite.mindspore.summary import PendingStats, device_stats, resolve_pending, tensor_stats
+    from msprobe_lite.core.records import PendingStats, TensorSummary
+    from msprobe_lite.mindspore.summary import device_stats, resolve_pending, tensor_stats
 
     t = ms.Tensor(values).astype(dtype)
     value, kind = device_stats(t)

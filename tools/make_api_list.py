@@ -8,11 +8,15 @@ Python conversions, and autograd/plumbing entry points. Run: .venv/bin/python to
 from __future__ import annotations
 
 import os
+import sys
 import re
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import get_overridable_functions
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_list_yaml import write_api_list  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "msprobe_lite", "pytorch", "apis.yaml")
 
@@ -49,18 +53,12 @@ def main() -> None:
         "tensor": names(torch.Tensor, table[torch.Tensor]),
         "distributed": DISTRIBUTED,
     }
-    lines = [
-        "# APIs that level L1/mix records, by namespace (prefix in record names: functional -> Functional,",
-        "# torch -> Torch, tensor -> Tensor, distributed -> Distributed). Add or remove names freely; a name that",
-        f"# does not exist in the installed PyTorch is reported once. Generated for torch {torch.__version__}",
-        "# by tools/make_api_list.py. Operators are recorded under the method they run (x + y is Tensor.add).",
-    ]
-    for section, items in sections.items():
-        lines.append(f"{section}:")
-        lines.extend(f"  - {n}" for n in items)
-    with open(OUT, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print({k: len(v) for k, v in sections.items()}, "->", os.path.normpath(OUT))
+    write_api_list(OUT, [
+        "APIs that level L1/mix records, by namespace (prefix in record names: functional -> Functional,",
+        "torch -> Torch, tensor -> Tensor, distributed -> Distributed). Add or remove names freely; a name that",
+        f"does not exist in the installed PyTorch is reported once. Generated for torch {torch.__version__}",
+        "by tools/make_api_list.py. Operators are recorded under the method they run (x + y is Tensor.add).",
+    ], sections)
 
 
 if __name__ == "__main__":

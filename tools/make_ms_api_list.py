@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import re
 
 import mindspore as ms
 import mindspore.mint.nn.functional as MF
 from mindspore import mint, ops
 from mindspore.ops.primitive import Primitive
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_list_yaml import write_api_list  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "msprobe_lite", "mindspore", "apis.yaml")
 
@@ -73,19 +77,13 @@ def primitives() -> list:
 def main() -> None:
     sections = {"ops": functions(ops), "tensor": tensor_methods(), "mint": functions(mint),
                 "mint.nn.functional": functions(MF), "primitive": primitives()}
-    lines = [
-        "# APIs that level L1/mix records, by namespace (prefix in record names: ops -> Functional,",
-        "# tensor -> Tensor, mint -> Mint, mint.nn.functional -> MintFunctional, primitive -> Primitive).",
-        "# While collecting, each is wrapped in place and restored at stop(): add or remove names freely; a name",
-        f"# this MindSpore lacks is reported once. Generated for MindSpore {ms.__version__} by",
-        "# tools/make_ms_api_list.py. Primitives are classes of mindspore.ops (what nn layers call).",
-    ]
-    for section, items in sections.items():
-        lines.append(f"{section}:")
-        lines.extend(f"  - {n}" for n in items)
-    with open(OUT, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print({k: len(v) for k, v in sections.items()}, "->", os.path.normpath(OUT))
+    write_api_list(OUT, [
+        "APIs that level L1/mix records, by namespace (prefix in record names: ops -> Functional,",
+        "tensor -> Tensor, mint -> Mint, mint.nn.functional -> MintFunctional, primitive -> Primitive).",
+        "While collecting, each is wrapped in place and restored at stop(): add or remove names freely; a name",
+        f"this MindSpore lacks is reported once. Generated for MindSpore {ms.__version__} by",
+        "tools/make_ms_api_list.py. Primitives are classes of mindspore.ops (what nn layers call).",
+    ], sections)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ and regroups gradient sums, which can change gradients bitwise. Tensor hooks cha
 """
 from __future__ import annotations
 
+from .naming import BACKWARD, FORWARD, api_record
 from .records import Record
 from .safety import report_failure
 from .values import tensor_leaves
@@ -131,6 +132,26 @@ class CallRecorder:
             call.backward.hook(list(tensor_leaves(output, self.framework.is_tensor)), "input",
                                self.grad_handles)
         session.filter.on_end(call.name)
+
+    def begin_api(self, key, args, kwargs, modules=None, parent=None) -> Call:
+        """An API call, `key` = (prefix, api): records `{prefix}.{api}.{n}.forward` and `.backward`. Its
+        parent is `parent` when given, else (mix level) the innermost module call of `modules`."""
+        prefix, api = key
+        n = self.session.next_index(key)
+        bwd_parent = None
+        if parent is None and modules is not None:
+            outer = modules.current()
+            if outer is not None:
+                parent = outer.name
+                bwd_parent = outer.backward.name if outer.backward else None
+        return self.begin(api_record(prefix, api, n, FORWARD), api_record(prefix, api, n, BACKWARD),
+                          args, kwargs, parent, bwd_parent)
+
+    def end_api(self, call: Call, api: str, args, output) -> None:
+        if api == "__setitem__" and args:
+            self.end(call, output, recorded_output=args[0])  # x[i] = y: the output is x, changed
+        else:
+            self.end(call, output)
 
     def end_step(self) -> None:
         for handle in self.grad_handles:

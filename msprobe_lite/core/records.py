@@ -12,7 +12,7 @@ NO_STATS = (None, None, None, None)
 class TensorSummary:
     """What the dump says about one tensor at one moment.
 
-    `stats` is a (Max, Min, Mean, Norm) tuple, or a `Pending` placeholder when the numbers still live on a
+    `stats` is a (Max, Min, Mean, Norm) tuple, or None while a `PendingStats` when the numbers still live on a
     device: it is resolved in one batch before writing, so no hook ever waits for the device.
     """
 
@@ -62,14 +62,16 @@ class SavedTensor:
         return self.summary.finite()
 
 
-class Pending:
-    """Statistics that are still a device value; the adapter fills `values` when the step is written."""
+class PendingStats:
+    """Statistics that are still a small device tensor (`device_value`, of some `kind` the adapter knows);
+    `core.summary.resolve_pending` fills `summary.stats` when the step is written."""
 
-    __slots__ = ("device_value", "values")
+    __slots__ = ("device_value", "kind", "summary")
 
-    def __init__(self, device_value):
+    def __init__(self, device_value, kind: str, summary: TensorSummary):
         self.device_value = device_value
-        self.values = None
+        self.kind = kind
+        self.summary = summary
 
 
 class Record:

@@ -22,6 +22,22 @@ from .safety import report_failure
 from .writer import link_or_copy, make_dirs
 
 
+def resolve_pending(pending: list, group_of, fetch, size_of, as_stats) -> None:
+    """Fill every PendingStats with one device-to-host transfer per group (device and dtype): `fetch` turns
+    a group's device values into one flat Python list, `as_stats` a slice of it into the four statistics."""
+    groups: dict = {}
+    for p in pending:
+        groups.setdefault(group_of(p.device_value), []).append(p)
+    for items in groups.values():
+        flat = fetch([p.device_value for p in items])
+        at = 0
+        for p in items:
+            size = size_of(p.device_value)
+            p.summary.stats = as_stats(flat[at:at + size], p.kind)
+            at += size
+            p.device_value = None
+
+
 class Summarizer:
     tensor_ext = ".pt"
     tensor_type = "tensor"   # `type` of a summary made here when the adapter's `_summarize` failed

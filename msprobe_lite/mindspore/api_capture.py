@@ -25,7 +25,6 @@ import mindspore as ms
 import yaml
 from mindspore import ops
 
-from ..core.naming import BACKWARD, FORWARD, api_record
 from ..core.safety import guarded, log
 
 API_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apis.yaml")
@@ -194,24 +193,11 @@ class ApiCapture:
 
     @guarded("API capture")
     def _begin(self, key, args, kwargs):
-        session = self.session
-        prefix, api = key
-        n = session.next_index(key)
-        parent = bwd_parent = None
-        if self.modules is not None:
-            outer = self.modules.current()
-            if outer is not None:
-                parent = outer.name
-                bwd_parent = outer.backward.name if outer.backward else None
-        return self.recorder.begin(api_record(prefix, api, n, FORWARD), api_record(prefix, api, n, BACKWARD),
-                                   args, kwargs, parent, bwd_parent)
+        return self.recorder.begin_api(key, args, kwargs, self.modules)
 
     @guarded("API capture")
     def _end(self, call, key, args, out):
-        if key[1] == "__setitem__" and args:
-            self.recorder.end(call, out, recorded_output=args[0])  # x[i] = y: the output is x, changed
-        else:
-            self.recorder.end(call, out)
+        self.recorder.end_api(call, key[1], args, out)
 
 
 _ABSENT = object()

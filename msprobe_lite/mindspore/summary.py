@@ -15,9 +15,10 @@ import numpy as np
 from mindspore import ops
 from zlib_ng import zlib_ng
 
-from ..core.records import NO_STATS, Pending, TensorSummary
+from ..core.records import NO_STATS, PendingStats, TensorSummary
 from ..core.statistics import numpy_stats
 from ..core.summary import Summarizer
+from ..core.summary import resolve_pending as core_resolve
 from ..core.values import ValueEncoder
 from ..core.writer import write_bytes_atomic
 
@@ -68,28 +69,10 @@ def _as_stats(values, kind: str) -> tuple:
     return (float("nan"), float("nan"), mean, norm) if nan else (high, low, mean, norm)
 
 
-class PendingStats(Pending):
-    __slots__ = ("kind", "summary")
-
-    def __init__(self, device_value, kind, summary):
-        super().__init__(device_value)
-        self.kind = kind
-        self.summary = summary
-
-
 def resolve_pending(pending: list) -> None:
     """One transfer per dtype for every statistic still on the device."""
-    groups: dict = {}
-    for p in pending:
-        groups.setdefault(str(p.device_value.dtype), []).append(p)
-    for items in groups.values():
-        flat = ops.cat([p.device_value for p in items]).asnumpy().tolist()
-        at = 0
-        for p in items:
-            size = p.device_value.size
-            p.summary.stats = _as_stats(flat[at:at + size], p.kind)
-            at += size
-            p.device_value = None
+    core_resolve(pending, lambda v: str(v.dtype), lambda values: ops.cat(values).asnumpy().tolist(),
+                 lambda v: v.size, _as_stats)
 
 
 def save_npy(array: np.ndarray, path: str) -> None:

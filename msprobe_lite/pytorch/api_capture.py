@@ -24,7 +24,6 @@ import torch.nn.functional as F
 import yaml
 from torch.overrides import TorchFunctionMode
 
-from ..core.naming import BACKWARD, FORWARD, api_record
 from ..core.safety import guarded, log
 from ..core.values import tensor_leaves
 from .framework import TorchFramework
@@ -125,27 +124,15 @@ class ApiCapture(TorchFunctionMode):
         session = self.session
         if not session.forward_on:
             return None
-        prefix, api = entry
-        n = session.next_index(entry)
-        parent = bwd_parent = None
-        if self.modules is not None:
-            if self.in_optimizer:
-                parent = OPTIMIZER
-                session.set_parent(OPTIMIZER, None)
-            else:
-                outer = self.modules.current()
-                if outer is not None:
-                    parent = outer.name
-                    bwd_parent = outer.backward.name if outer.backward else None
-        return self.recorder.begin(api_record(prefix, api, n, FORWARD), api_record(prefix, api, n, BACKWARD),
-                                   args, kwargs, parent, bwd_parent)
+        parent = None
+        if self.modules is not None and self.in_optimizer:
+            parent = OPTIMIZER
+            session.set_parent(OPTIMIZER, None)
+        return self.recorder.begin_api(entry, args, kwargs, self.modules, parent)
 
     @guarded("API capture")
     def _end(self, call, entry, args, out):
-        if entry[1] == "__setitem__" and args:
-            self.recorder.end(call, out, recorded_output=args[0])  # x[i] = y: the output is x, changed
-        else:
-            self.recorder.end(call, out)
+        self.recorder.end_api(call, entry[1], args, out)
 
     # -- torch.distributed -------------------------------------------------------------------------------
     def _wrap_distributed(self) -> None:

@@ -1,7 +1,8 @@
 """Tensor summaries for PyTorch: statistics computed once per tensor value, without waiting for the device.
 
 Caching per (identity, `_version`) and tensor files come from `core.summary`. On CPU the four statistics
-come back in one `tolist()`; on an accelerator they stay a small device tensor (`Pending`) until the step is written, then all of them are fetched in one batch.
+come back in one `tolist()`; on an accelerator they stay a small device tensor (`PendingStats`) until the
+step is written, then all of them are fetched in one batch.
 """
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import numpy as np
 import torch
 from zlib_ng import zlib_ng
 
-from ..core.records import NO_STATS, Pending, TensorSummary
+from ..core.records import NO_STATS, PendingStats, TensorSummary
 from ..core.summary import Summarizer
+from ..core.summary import resolve_pending as core_resolve
 from ..core.values import ValueEncoder
 from ..core.writer import write_bytes_atomic
 
@@ -110,28 +112,10 @@ def _as_stats(values: list, kind: str) -> tuple:
     return tuple(values)
 
 
-class PendingStats(Pending):
-    __slots__ = ("kind", "summary")
-
-    def __init__(self, device_value, kind, summary):
-        super().__init__(device_value)
-        self.kind = kind
-        self.summary = summary
-
-
 def resolve_pending(pending: list) -> None:
     """Fetch every pending device statistic with one transfer per (device, dtype) and fill the summaries."""
-    groups: dict = {}
-    for p in pending:
-        groups.setdefault((p.device_value.device, p.device_value.dtype), []).append(p)
-    for items in groups.values():
-        flat = torch.cat([p.device_value for p in items]).tolist()
-        at = 0
-        for p in items:
-            size = p.device_value.numel()
-            p.summary.stats = _as_stats(flat[at:at + size], p.kind)
-            at += size
-            p.device_value = None
+    core_resolve(pending, lambda v: (v.device, v.dtype), lambda values: torch.cat(values).tolist(),
+                 torch.Tensor.numel, _as_stats)
 
 
 def tensor_stats(t: torch.Tensor) -> tuple:
