@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import json
 import os
 import shutil
@@ -406,3 +407,93 @@ def test_dataloader_workers_record_nothing_and_write_no_dumps(tmp_path):
         assert "Module.fc1.Linear.forward.1" in names and not any("sinh" in n for n in names)
     assert sorted(os.listdir(tmp_path)) == ["step0", "step1"]
     assert all(os.listdir(tmp_path / s) == ["rank"] for s in ("step0", "step1"))
+
+
+# -- endurance (short versions; tools/endurance.py measures the sizes) -----------------------------------
+def test_unselected_steps_keep_memory_flat(tmp_path):
+    import tracemalloc
+
+    model, x, _ = make("mlp")
+    steps = 150
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="mix", task="statistics", step=[0, steps - 1])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    tracemalloc.start()
+    try:
+        for i in range(steps):
+            if i == 20:
+                gc.collect()
+                start = tracemalloc.get_traced_memory()[0]
+            d.start(model=model)
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            d.stop()
+            d.step()
+        gc.collect()
+        growth = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert growth < 16 * 1024, growth                      # 130 steps, hooks on every one: nothing kept
+    assert sorted(os.listdir(tmp_path)) == ["step0", f"step{steps - 1}"]
+
+
+def deep_size(obj, seen):
+    if id(obj) in seen or obj is None or isinstance(obj, (bool, type)):
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        size += sum(deep_size(k, seen) + deep_size(v, seen) for k, v in obj.items())
+    elif isinstance(obj, (list, tuple)):
+        size += sum(deep_size(v, seen) for v in obj)
+    return size + sum(deep_size(getattr(obj, s, None), seen) for s in getattr(type(obj), "__slots__", ()))
+
+
+def test_a_long_step_costs_its_compact_records_and_one_write(tmp_path, monkeypatch):
+    import tracemalloc
+
+    from msprobe_lite.core import writer
+
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="L1", task="statistics")
+    x = torch.randn(16)
+    d.start()
+    torch.add(x, 1.0)                                      # warm-up: stacks, caches
+    d.stop()
+    d.step()
+    writes = []
+    real = writer.write_chunks_atomic       # every file of the dump goes through it
+    monkeypatch.setattr(writer, "write_chunks_atomic", lambda path, chunks: (writes.append(path), real(path, chunks)))
+    n = 2000
+    gc.collect()
+    tracemalloc.start()
+    try:
+        d.start()
+        for _ in range(n // 2):
+            torch.add(torch.add(x, 1.0), 1.0)
+        gc.collect()
+        traced = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert writes == []                                    # nothing written while collecting
+    session = d.session
+    seen: set = set()
+    compact = sum(deep_size(r, seen) for r in session.records.values())
+    compact += sum(deep_size(v, seen) for v in (session.stacks.__dict__, session.construct, session.counters))
+    assert len(session.records) == n
+    assert traced < 1.5 * compact, (traced / n, compact / n)  # what a record costs is its compact record
+    d.stop()
+    assert sorted(os.path.basename(w) for w in writes) == ["construct.json", "dump.json", "stack.json"]
+    d.step()                                               # nothing new since stop(): no second write
+    assert len(writes) == 3 and len(data(tmp_path, 1)) == n
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 7])
+def test_dump_json_written_in_pieces_is_one_json_document(n):
+    from msprobe_lite.core.records import Record
+    from msprobe_lite.core.writer import dump_json_chunks
+
+    header = {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None}
+    records = [Record(f"Torch.add.{i}.forward", {"output": [{"type": "int", "value": i}]}) for i in range(n)]
+    text = b"".join(dump_json_chunks(header, records, per=3)).decode()
+    assert json.loads(text) == {**header, "data": {r.name: r.data for r in records}}
+    assert text.count("\n") == n + 1 + (n > 0)            # one record per line

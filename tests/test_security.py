@@ -204,18 +204,26 @@ def test_compare_never_unpickles_a_planted_object(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
 def test_numpy_files_are_loaded_without_pickle(tmp_path):
     import numpy as np
+    from msprobe_lite.compare.api import CompareError, compare
 
-    path = tmp_path / "x.npy"
-    np.save(path, np.array([_Payload(str(tmp_path / "pwned"))], dtype=object), allow_pickle=True)
-    from msprobe_lite.compare.api import CompareError, tensor_loader
-
-    class Dump:
-        data_dir, path = str(tmp_path), str(tmp_path / "dump.json")
-    with pytest.raises(CompareError, match="x.npy"):
-        tensor_loader()(Dump, "x.npy")
-    assert not (tmp_path / "pwned").exists()
+    target, golden = _two_tensor_dumps(tmp_path)
+    marker = tmp_path / "pwned"
+    rank = target / "step0" / "rank"
+    text = (rank / "dump.json").read_text()
+    for name in os.listdir(rank / "dump_tensor_data"):   # the dump now names .npy files holding objects
+        stem = name[:-len(".pt")]
+        np.save(rank / "dump_tensor_data" / f"{stem}.npy", np.array([_Payload(str(marker))], dtype=object),
+                allow_pickle=True)
+        text = text.replace(f'"{name}"', f'"{stem}.npy"')
+    (rank / "dump.json").write_text(text)
+    try:
+        compare(str(target), str(golden), str(tmp_path / "out"))
+    except CompareError as exc:
+        assert ".npy" in str(exc)
+    assert not marker.exists()
 
 
 def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised():

@@ -6,6 +6,7 @@ produce, diff and grep.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
@@ -71,7 +72,12 @@ def _open_new(tmp: str) -> int:
 
 
 def write_bytes_atomic(path: str, data) -> None:
-    """One write to `{path}.tmp-{pid}-{thread}`, then a rename: the file appears only when complete.
+    """One write to `{path}.tmp-{pid}-{thread}`, then a rename: the file appears only when complete."""
+    write_chunks_atomic(path, (data,))
+
+
+def write_chunks_atomic(path: str, chunks) -> None:
+    """`chunks` (bytes-like, in order) written to `{path}.tmp-{pid}-{thread}`, then a rename.
 
     (A deterministic temporary name is enough: every writer thread owns its own, and it costs a fraction
     of mkstemp's random-name search, which matters at thousands of tensor files per step.) On any failure
@@ -82,9 +88,10 @@ def write_bytes_atomic(path: str, data) -> None:
     try:
         try:
             os.fchmod(fd, FILE_MODE)  # the umask may have narrowed the mode given to open
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            for data in chunks:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -116,19 +123,31 @@ def step_rank_dir(dump_path: str, step: int, rank) -> str:
     return os.path.join(dump_path, f"step{step}", rank_folder(rank))
 
 
-def dump_json_text(header: dict, records) -> str:
-    """dump.json: the header's keys, then `data` with one record per line, in execution order."""
+def dump_json_chunks(header: dict, records, per: int = 4096):
+    """dump.json as encoded pieces of `per` records: the header's keys, then `data` with one record per line,
+    in execution order. Written piece by piece, a long step never holds its whole text in memory."""
     head = json.dumps(header)[:-1]  # drop the closing brace, `data` goes last
-    lines = [f"{json.dumps(r.name)}: {json.dumps(r.data, default=json_default)}" for r in records]
-    body = ",\n".join(lines)
-    return f'{head}, "data": {{\n{body}\n}}}}\n' if lines else f'{head}, "data": {{}}}}\n'
+    yield f'{head}, "data": {{'.encode("utf-8")
+    records, sep = iter(records), "\n"
+    while True:
+        lines = [f"{json.dumps(r.name)}: {json.dumps(r.data, default=json_default)}"
+                 for r in itertools.islice(records, per)]
+        if not lines:
+            break
+        yield (sep + ",\n".join(lines)).encode("utf-8")
+        sep = ",\n"
+    yield b"}}\n" if sep == "\n" else b"\n}}\n"
+
+
+def dump_json_text(header: dict, records) -> str:
+    return b"".join(dump_json_chunks(header, records)).decode("utf-8")
 
 
 def write_step(folder: str, header: dict, records, stack: dict | None, construct: dict | None,
                data_file: str = "dump.json") -> None:
     """Write one rank folder of one step: dump.json (or debug.json), and stack/construct when given."""
     make_dirs(folder)
-    write_atomic(os.path.join(folder, data_file), dump_json_text(header, records))
+    write_chunks_atomic(os.path.join(folder, data_file), dump_json_chunks(header, records))
     if stack is not None:
         write_atomic(os.path.join(folder, "stack.json"), json_lines(stack))
     if construct is not None:
