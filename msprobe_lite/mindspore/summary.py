@@ -88,6 +88,7 @@ def _encode_dtype(v):
 
 class MindSporeSummarizer(Summarizer):
     tensor_ext = ".npy"
+    tensor_type = TENSOR_TYPE
 
     def __init__(self, session, quiet=None):
         super().__init__(session, ValueEncoder(lambda v: isinstance(v, ms.Tensor),
