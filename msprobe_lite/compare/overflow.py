@@ -6,12 +6,12 @@ import os
 
 from .metrics import finite
 from .read import load_dump, resolve
-from .rows import INPUT, OUTPUT, record_rows
+from .rows import INPUT, OUTPUT
 
 
 def first_overflow(dump) -> dict | None:
-    for name, record in dump.records.items():
-        rows = record_rows(name, record)
+    for name in dump.records:
+        rows = dump.rows(name)   # a malformed record is a DumpError naming the file
         inputs_ok = all(finite(r.obj) for r in rows if r.role == INPUT and r.is_tensor)
         bad = [r.name for r in rows if r.role == OUTPUT and r.is_tensor and not finite(r.obj)]
         if bad and inputs_ok:
