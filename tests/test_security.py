@@ -233,3 +233,32 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised():
         assert cell(text).startswith("'")
     assert cell("Functional.linear.0.forward") == "Functional.linear.0.forward"
     assert cell(-1.5) == -1.5
+
+
+def test_compare_refuses_tensor_names_that_leave_the_tensor_folder(tmp_path):
+    """A dump.json is input: its data_name must not point compare at files outside the dump."""
+    from msprobe_lite.compare import tensors
+
+    class Dump:
+        path, data_dir = str(tmp_path / "dump.json"), str(tmp_path / "dump_tensor_data")
+
+    for bad in ("../../etc/passwd", "/etc/passwd", "a/b.npy", "..", "x\\y.npy", "a\0.npy"):
+        with pytest.raises(tensors.TensorFileError, match="not a plain file name"):
+            tensors.tensor_path(Dump, bad)
+    assert tensors.tensor_path(Dump, "Functional.relu.0.forward.output.0.npy").startswith(Dump.data_dir)
+
+
+def test_compare_outputs_are_complete_files_with_mode_0640(tmp_path):
+    from msprobe_lite.compare import compare
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / "d"), task="statistics", level="L1")
+    debugger.start()
+    torch.ones(3).exp()
+    debugger.stop()
+    debugger.step()
+    summary = compare(str(tmp_path / "d"), str(tmp_path / "d"), str(tmp_path / "out"), quiet=True)
+    assert summary.files
+    for path in summary.files:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o640, path
+    assert not [n for n in os.listdir(tmp_path / "out") if ".partial" in n or ".tmp" in n]

@@ -9,10 +9,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from ..core.writer import write_atomic
 from . import report, tensors
+from .frameworks import translations
 from .judge import ERROR, PASS, UNMATCHED, WARNING, Judge, record_eps
 from .metrics import eps_of
-from .frameworks import translations
 from .pair import pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs
 from .rows import params_grad_owner
@@ -277,8 +278,7 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
         details.append(detail)
         if not quiet:
             print(report.console_line(pair))
-    with open(os.path.join(output_dir, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary.to_json(), f, indent=1)
+    write_atomic(os.path.join(output_dir, "summary.json"), json.dumps(summary.to_json(), indent=1))
     summary.files.append(os.path.join(output_dir, "summary.json"))
     if html:
         report.write_html(os.path.join(output_dir, "report.html"), summary.to_json(), details)

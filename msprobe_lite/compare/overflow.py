@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 
+from ..core.writer import make_dirs, write_atomic
 from .metrics import finite
 from .read import load_dump, resolve
 from .rows import INPUT, OUTPUT
@@ -36,7 +37,6 @@ def analyse(path: str, output_dir: str | None = None, quiet: bool = False) -> di
             else:
                 print(f"[{where}] no call turns finite inputs into NaN/Inf")
     output_dir = output_dir or "."
-    os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "overflow_summary.json"), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
+    make_dirs(output_dir)
+    write_atomic(os.path.join(output_dir, "overflow_summary.json"), json.dumps(result, indent=1))
     return result

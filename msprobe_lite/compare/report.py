@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import csv
 import html
+import io
 import json
 import math
 import operator
 import os
+
+from ..core.writer import FILE_MODE, write_atomic
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -53,11 +56,12 @@ def _cells(lines) -> list:
 
 
 def write_csv(path: str, columns: list, rows: list) -> None:
-    """The whole table at once (rows: dicts keyed by column)."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(columns)
-        writer.writerows(_cells(map(operator.itemgetter(*columns), rows)))
+    """The whole table at once (rows: dicts keyed by column), atomically."""
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(columns)
+    writer.writerows(_cells(map(operator.itemgetter(*columns), rows)))
+    write_atomic(path, text.getvalue())
 
 
 def _append_csv(path: str, lines: list) -> None:
@@ -75,11 +79,13 @@ class CsvSink:
     CHUNK = 20000
 
     def __init__(self, path: str, columns: list, background: bool = False):
-        self.path, self.columns = path, columns
+        # The table grows in `{path}.partial` (mode 0o640) and takes its name only when complete.
+        self.final, self.path, self.columns = path, path + ".partial", columns
         self.pick = operator.itemgetter(*columns)
         self.pending: list = []
         self.pool = self.futures = None
-        with open(path, "w", newline="", encoding="utf-8") as f:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
+        with open(fd, "w", newline="", encoding="utf-8") as f:
             csv.writer(f).writerow(columns)
         if background:
             from concurrent.futures import ProcessPoolExecutor
@@ -102,7 +108,8 @@ class CsvSink:
             _append_csv(self.path, lines)
 
     def close(self) -> None:
-        """Write what is left and wait for the writer; a failed write raises here."""
+        """Write what is left and wait for the writer; a failed write raises here. Then the table takes its
+        name."""
         try:
             self._flush()
             for future in self.futures or ():
@@ -111,6 +118,7 @@ class CsvSink:
             if self.pool:
                 self.pool.shutdown(cancel_futures=True)
                 self.pool = None
+        os.replace(self.path, self.final)
 
 
 def write_xlsx(path: str, columns: list, rows: list) -> None:
@@ -190,5 +198,4 @@ def write_html(path: str, summary: dict, details: list) -> None:
                 parts.append(f"<tr class='{result}'><td>{html.escape(module)}</td><td>{worst:.3g}</td>"
                              f"<td>{result}</td></tr>")
             parts.append("</table>")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(parts))
+    write_atomic(path, "\n".join(parts))

@@ -26,6 +26,9 @@ def tensor_path(dump, data_name) -> str:
     """Where the dump keeps the tensor file it names `data_name`."""
     if not isinstance(data_name, str):
         raise TensorFileError(f"{dump.path}: \"data_name\" is {data_name!r}, expected a tensor file name")
+    if not data_name or data_name in (".", "..") or any(c in data_name for c in ("/", "\\", "\0")):
+        raise TensorFileError(f"{dump.path}: \"data_name\" {data_name!r} is not a plain file name inside "
+                              f"the tensor folder (no path separators, no '..'): refused")
     return os.path.join(dump.data_dir or "", data_name)
 
 
