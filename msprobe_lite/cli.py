@@ -44,12 +44,22 @@ def _compare(args: argparse.Namespace) -> int:
 
     try:
         summary = compare(args.target_path, args.golden_path, args.output_path, xlsx=args.xlsx,
-                          html=not args.no_html, mapping=args.mapping)
+                          html=not args.no_html, mapping=args.mapping, workers=args.workers)
     except CompareError as error:
         print(f"msprobe-lite compare: {error}", file=sys.stderr)
         return 2
     print(f"results: {', '.join(summary.files)}")
     return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 
 def _add_compare(subparsers: argparse._SubParsersAction) -> None:
@@ -62,6 +72,8 @@ def _add_compare(subparsers: argparse._SubParsersAction) -> None:
     cmd.add_argument("--html", action="store_true", help="write report.html (the default)")
     cmd.add_argument("--no-html", action="store_true", help="skip report.html")
     cmd.add_argument("-dm", "--mapping", help="YAML mapping of target name fragments to golden name fragments")
+    cmd.add_argument("-n", "--workers", type=_positive_int, default=None,
+                     help="processes for step/rank pairs and tensor files (default: one per CPU)")
     cmd.set_defaults(run=_compare)
 
 

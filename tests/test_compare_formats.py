@@ -238,3 +238,10 @@ def test_progress_bar_only_on_a_terminal(tmp_path, capsys):
     assert stream.getvalue().endswith("\r\033[K")
     compare(CURRENT, V1_2, str(tmp_path / "out"))     # stderr is not a terminal under pytest: nothing drawn
     assert capsys.readouterr().err == ""
+
+
+def test_cli_workers_must_be_positive(capsys):
+    from msprobe_lite.cli import main
+
+    assert main(["compare", "-tp", "a", "-gp", "b", "-n", "0"]) == 2
+    assert "at least 1" in capsys.readouterr().err
