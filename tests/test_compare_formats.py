@@ -245,3 +245,13 @@ def test_cli_workers_must_be_positive(capsys):
 
     assert main(["compare", "-tp", "a", "-gp", "b", "-n", "0"]) == 2
     assert "at least 1" in capsys.readouterr().err
+
+
+def test_the_package_is_the_function(tmp_path):
+    """`msprobe_lite.compare(target, golden, output_dir)` as the docs show (it is also the subpackage)."""
+    import msprobe_lite
+    from msprobe_lite.compare import compare as function
+
+    with pytest.raises(msprobe_lite.compare.CompareError, match="no such"):
+        msprobe_lite.compare(str(tmp_path / "missing"), str(tmp_path / "missing"), str(tmp_path / "out"))
+    assert callable(msprobe_lite.compare) and function is msprobe_lite.compare.compare
