@@ -178,6 +178,15 @@ def test_mix_maps_api_records_to_their_cell(tmp_path):
     assert "Cell.norm.LayerNorm.forward.0" in d and "Functional.softmax.0.backward" in d
     # the shared input x: q, k and v all see the same statistics
     assert d["Cell.q.Linear.forward.0"]["input_args"][0] == d["Cell.v.Linear.forward.0"]["input_args"][0]
+    # attention weights, recomputed with numpy from the initial weights and the input
+    net, x = ms_models.make("attention")
+    xa = x.asnumpy().astype(np.float64)
+    q, k = (xa @ c.weight.asnumpy().T + c.bias.asnumpy() for c in (net.q, net.k))
+    scores = q @ np.swapaxes(k, -1, -2) * net.scale
+    attn = np.exp(scores - scores.max(-1, keepdims=True))
+    attn /= attn.sum(-1, keepdims=True)
+    assert_ms_stats(d["Functional.softmax.0.forward"]["input_args"][0], scores, rel=1e-4)
+    assert_ms_stats(d["Functional.softmax.0.forward"]["output"][0], attn, rel=1e-4)
 
 
 # -- never change the user's numbers; leave MindSpore untouched when idle ------------------------------------------
