@@ -438,15 +438,11 @@ def test_unselected_steps_keep_memory_flat(tmp_path):
 
 
 def deep_size(obj, seen):
-    if id(obj) in seen or obj is None or isinstance(obj, (bool, type)):
-        return 0
-    seen.add(id(obj))
-    size = sys.getsizeof(obj)
-    if isinstance(obj, dict):
-        size += sum(deep_size(k, seen) + deep_size(v, seen) for k, v in obj.items())
-    elif isinstance(obj, (list, tuple)):
-        size += sum(deep_size(v, seen) for v in obj)
-    return size + sum(deep_size(getattr(obj, s, None), seen) for s in getattr(type(obj), "__slots__", ()))
+    """tools/endurance.py's measure of a record's memory (one definition for the tool and the test)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    from endurance import deep_size as measure
+
+    return measure(obj, seen)
 
 
 def test_a_long_step_costs_its_compact_records_and_one_write(tmp_path, monkeypatch):

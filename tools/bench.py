@@ -85,6 +85,19 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
+def train_step(model, opt, x, y, debugger=None) -> None:
+    """One training step as a user writes it, the debugger's three calls around it when given."""
+    if debugger:
+        debugger.start(model=model)
+    loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if debugger:
+        debugger.stop()
+        debugger.step()
+
+
 def debugger_class(tool: str):
     if tool == "msprobe":
         from msprobe.pytorch import PrecisionDebugger
@@ -118,15 +131,7 @@ def run(size: str, mode: str, steps: int, warmup: int, tool: str = "msprobe_lite
         times = []
         for i in range(warmup + steps):
             t0 = time.perf_counter()
-            if debugger:
-                debugger.start(model=model)
-            loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            if debugger:
-                debugger.stop()
-                debugger.step()
+            train_step(model, opt, x, y, debugger)
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
         result = {"tool": tool, "size": size, "mode": mode, "median_ms": statistics.median(times) * 1e3}

@@ -82,8 +82,7 @@ def deep_size(obj, seen: set) -> int:
 # -- 1,000 steps ---------------------------------------------------------------------------------------------------
 def run_steps(steps: int, with_debugger: bool) -> dict:
     import torch
-    import torch.nn.functional as F
-    from bench import GPT, SIZES, VOCAB
+    from bench import GPT, SIZES, VOCAB, train_step
 
     cfg = SIZES["small"]
     torch.manual_seed(0)
@@ -100,15 +99,7 @@ def run_steps(steps: int, with_debugger: bool) -> dict:
             debugger = PrecisionDebugger(dump_path=tmp, level="mix", task="statistics", step=selected)
         t0 = time.perf_counter()
         for i in range(steps):
-            if debugger:
-                debugger.start(model=model)
-            loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            if debugger:
-                debugger.stop()
-                debugger.step()
+            train_step(model, opt, x, y, debugger)
             if i == 0 or (i + 1) % every == 0:
                 gc.collect()
                 marks.append({"step": i + 1, "rss_mb": rss() / 2**20, "objects": len(gc.get_objects())})
