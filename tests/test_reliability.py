@@ -483,6 +483,26 @@ def test_a_long_step_costs_its_compact_records_and_one_write(tmp_path, monkeypat
     assert len(writes) == 3 and len(data(tmp_path, 1)) == n
 
 
+def test_record_text_is_what_json_writes():
+    """The writer formats records itself (faster); the text must stay byte for byte json.dumps's."""
+    from msprobe_lite.core.records import SavedTensor, TensorSummary, json_default
+    from msprobe_lite.core.writer import value_json
+
+    nan, inf = float("nan"), float("inf")
+    shared = TensorSummary("torch.Tensor", "torch.float32", [4, 16], (2.5, -1e-300, 0.1 + 0.2, 12.25), True)
+    values = [
+        {"input_args": [shared, None, {"type": "int", "value": 3}], "input_kwargs": {}, "output": [shared]},
+        [TensorSummary("torch.Tensor", "torch.bool", [2], (True, False, None, None), False),
+         TensorSummary("torch.Tensor", "torch.int64", [], (2 ** 70, -3, 1.5, 7.0), None, md5="0a1b2c3d"),
+         TensorSummary("mindspore.Tensor", "Float32", [1], (nan, -inf, inf, 2), None),
+         TensorSummary("tensor", None, None), TensorSummary("t", "é\u2028", [True], None),
+         SavedTensor(shared, "Torch.add.0.forward.input.0.pt")],
+        {1: shared, None: [1.0, -0.0, 5e-324, "x\n\"", True]}, ("a", 2.5), {"k": (shared, [])}, [], {},
+    ]
+    for value in values:
+        assert value_json(value, {}) == json.dumps(value, default=json_default)
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 7])
 def test_dump_json_written_in_pieces_is_one_json_document(n):
     from msprobe_lite.core.records import Record
@@ -493,3 +513,19 @@ def test_dump_json_written_in_pieces_is_one_json_document(n):
     text = b"".join(dump_json_chunks(header, records, per=3)).decode()
     assert json.loads(text) == {**header, "data": {r.name: r.data for r in records}}
     assert text.count("\n") == n + 1 + (n > 0)            # one record per line
+
+
+def test_numpy_scalars_json_cannot_hold_still_leave_the_step_written(tmp_path):
+    """complex, datetime64 and timedelta64 scalars are written as their text: the step is not lost."""
+    import numpy as np
+
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="debug")
+    debugger.start()
+    debugger.save({"c": np.complex64(1 + 2j), "d": np.datetime64("2026-11-22"), "t": np.timedelta64(3, "s"),
+                   "b": np.bytes_(b"x")}, "odd")
+    debugger.stop()
+    debugger.step()
+    saved = load(tmp_path, name="debug.json")["data"]["odd.0.debug"]
+    assert saved["c"] == {"type": "complex64", "value": "(1+2j)"}
+    assert saved["d"] == {"type": "datetime64", "value": "2026-11-22"}
+    assert saved["t"]["value"] == "0:00:03" and saved["b"]["value"] is None

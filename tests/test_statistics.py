@@ -128,3 +128,15 @@ def test_large_tensors_take_the_fused_route_with_the_same_rules():
     nan[7] = float("nan")
     assert all(math.isnan(v) for v in tensor_stats(nan))
     assert tensor_stats(big.to(torch.bfloat16))[0] == float(big.to(torch.bfloat16).max())
+
+
+def test_tensors_in_lists_what_tensor_leaves_yields():
+    from msprobe_lite.core.values import tensor_leaves, tensors_in
+
+    a, b, c = torch.ones(1), torch.zeros(2), torch.ones(3)
+    Pair = collections.namedtuple("Pair", "x y")
+    for value in [a, (a, 1, None, b), [a, "s", b], {"x": a, "y": 2}, (a, [b, (c,)]), {"k": {"j": c}},
+                  Pair(a, b), (), {}, 3, None, (torch.Size([2]), a)]:
+        want = list(tensor_leaves(value, torch.is_tensor))
+        got = tensors_in(value, torch.is_tensor)
+        assert len(got) == len(want) and all(g is w for g, w in zip(got, want))

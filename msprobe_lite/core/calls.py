@@ -16,7 +16,7 @@ from __future__ import annotations
 from .naming import BACKWARD, FORWARD, api_record
 from .records import Record
 from .safety import report_failure
-from .values import tensor_leaves
+from .values import tensors_in
 
 
 class Call:
@@ -113,7 +113,7 @@ class CallRecorder:
                 session.stacks.add(name, session.stacks.capture())
         framework = self.framework
         if framework.recording_gradients() and flt.wants(bwd_name):
-            inputs = list(tensor_leaves((args, kwargs), framework.is_tensor))
+            inputs = tensors_in(args, framework.is_tensor, 1) + tensors_in(kwargs, framework.is_tensor, 1)
             call.backward = BackwardCall(bwd_name, session, self.summarizer, len(inputs), framework)
             call.backward.hook(inputs, "output", self.grad_handles)
             call.backward.parent = bwd_parent
@@ -129,8 +129,7 @@ class CallRecorder:
             if not session.numbers or not call.record.is_empty():
                 session.add(call.record)
         if call.backward is not None:
-            call.backward.hook(list(tensor_leaves(output, self.framework.is_tensor)), "input",
-                               self.grad_handles)
+            call.backward.hook(tensors_in(output, self.framework.is_tensor), "input", self.grad_handles)
         session.filter.on_end(call.name)
 
     def begin_api(self, key, args, kwargs, modules=None, parent=None) -> Call:

@@ -26,7 +26,11 @@ def _numpy_encode(value):
         return numpy_array_summary(value)
     if isinstance(value, np.generic):
         item = value.item()
-        return {"type": type(value).__name__, "value": item if not isinstance(item, bytes) else None}
+        if isinstance(item, complex):   # JSON has no complex, datetime or timedelta: their text stands in
+            item = str(item)
+        elif not isinstance(item, (bool, int, float, str)):
+            item = None if isinstance(item, bytes) else str(item)
+        return {"type": type(value).__name__, "value": item}
     return None
 
 
@@ -67,8 +71,13 @@ class ValueEncoder:
         if kind in (bool, int, float, str):
             return {"type": kind.__name__, "value": value}
         if kind is tuple or kind is list:
-            return [self._walk(v, tensor, path + (i,), depth + 1) for i, v in enumerate(value)] \
-                if depth < MAX_DEPTH else None
+            if depth >= MAX_DEPTH:
+                return None
+            tensor_type, walk = self.tensor_type, self._walk  # a tensor item is leafed here: one call less
+            return [tensor(v, path + (i,)) if type(v) is tensor_type else walk(v, tensor, path + (i,), depth + 1)
+                    for i, v in enumerate(value)]
+        if kind is dict and depth < MAX_DEPTH:  # input_kwargs, most often empty
+            return {str(k): self._walk(v, tensor, path + (str(k),), depth + 1) for k, v in value.items()}
         if self.is_tensor(value):
             return tensor(value, path)
         if depth >= MAX_DEPTH:
@@ -99,6 +108,24 @@ class ValueEncoder:
     @staticmethod
     def _scalar(v):
         return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
+
+
+def tensors_in(value, is_tensor, depth: int = 0) -> list:
+    """`list(tensor_leaves(value, is_tensor, depth))`. A lone tensor, and a flat tuple, list or dict of tensors
+    and scalars (most calls' arguments and results) are listed here without the recursive generators."""
+    if is_tensor(value):
+        return [value]
+    kind = type(value)
+    if (kind is tuple or kind is list or kind is dict) and depth < MAX_DEPTH:
+        found = []
+        for v in (value.values() if kind is dict else value):
+            if is_tensor(v):
+                found.append(v)
+            elif isinstance(v, (list, tuple, dict)):
+                break  # nested: the general walk below
+        else:
+            return found
+    return list(tensor_leaves(value, is_tensor, depth))
 
 
 def tensor_leaves(value, is_tensor, depth: int = 0):

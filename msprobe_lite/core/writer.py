@@ -12,7 +12,7 @@ import os
 import queue
 import threading
 
-from .records import json_default
+from .records import SavedTensor, TensorSummary, json_default, json_scalar, json_str
 
 DIR_MODE = 0o750
 FILE_MODE = 0o640
@@ -129,14 +129,41 @@ def dump_json_chunks(header: dict, records, per: int = 4096):
     head = json.dumps(header)[:-1]  # drop the closing brace, `data` goes last
     yield f'{head}, "data": {{'.encode("utf-8")
     records, sep = iter(records), "\n"
+    texts: dict = {}  # id(summary) -> JSON text, for this write: a summary recurs in several records
     while True:
-        lines = [f"{json.dumps(r.name)}: {json.dumps(r.data, default=json_default)}"
-                 for r in itertools.islice(records, per)]
+        lines = [f"{json.dumps(r.name)}: {value_json(r.data, texts)}" for r in itertools.islice(records, per)]
         if not lines:
             break
         yield (sep + ",\n".join(lines)).encode("utf-8")
         sep = ",\n"
     yield b"}}\n" if sep == "\n" else b"\n}}\n"
+
+
+def value_json(value, texts: dict) -> str:
+    """`json.dumps(value, default=json_default)`, byte for byte, for an encoded record value.
+
+    The usual shapes (dicts with string keys, lists, summaries, scalars) are joined here; a summary's text is
+    made once per write and kept in `texts` (by id: the summaries are alive for the whole write), since the
+    output of one call is usually the input of the next. Anything else goes through json itself."""
+    kind = type(value)
+    if kind is TensorSummary or kind is SavedTensor:
+        text = texts.get(id(value))
+        if text is None:
+            text = texts[id(value)] = value.json_text()
+        return text
+    if kind is list:
+        return "[" + ", ".join([value_json(v, texts) for v in value]) + "]"
+    if kind is dict and set(map(type, value)) <= _STR:
+        return "{" + ", ".join([f"{json_str(k)}: {value_json(v, texts)}" for k, v in value.items()]) + "}"
+    if kind is str:
+        return json_str(value)
+    if kind in _SCALARS:
+        return json_scalar(value)
+    return json.dumps(value, default=json_default)
+
+
+_SCALARS = (float, int, bool, type(None))
+_STR = {str}
 
 
 def dump_json_text(header: dict, records) -> str:

@@ -37,42 +37,63 @@ def save_tensor(t: torch.Tensor, path: str) -> None:
     write_bytes_atomic(path, buffer.getbuffer())
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
-_NUMPY_NATIVE = {torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
-                 torch.bool}
+_NUMPY_FLOATS = {torch.float32, torch.float64}
+_NUMPY_INTEGERS = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
 _NORM_SAFE = 1e18  # beyond this magnitude a float32 sum of squares could overflow: use float64 instead
 
 
 _NUMPY_MAX = 1 << 16        # up to here numpy's reductions beat torch's per-op dispatch; above, torch's
 _ONES = np.ones(_NUMPY_MAX, dtype=np.float32)  # multithreaded kernels win. sum = dot(a, 1): a BLAS pass
+# what ndarray.max()/min() run, without their Python layer (most summarised tensors are small: the layer shows)
+_max, _min = np.maximum.reduce, np.minimum.reduce
 
 
 def _cpu_stats(t: torch.Tensor) -> tuple:
-    """Statistics of a non-empty CPU tensor, by the fastest route for its size.
+    """Statistics of a non-empty CPU tensor (attached to autograd or not), by the fastest route for its size
+    and dtype.
 
     Small tensors: numpy over a zero-copy view (one torch dispatch costs more than a numpy reduction there).
-    Large ones: torch's fused kernels, stacked and fetched in one `tolist()`.
+    Large floats: torch's fused kernels, stacked and fetched in one `tolist()`. This runs for every distinct
+    tensor value of the step, so the dtype is dispatched on once and the common path makes few calls.
     """
-    if t.numel() > _NUMPY_MAX and t.is_floating_point():
-        return _large_float_stats(t)
-    if t.dtype not in _NUMPY_NATIVE:
-        if not t.is_floating_point():
-            value, kind = _stat_tensor(t)
-            return _as_stats(value.tolist(), kind)
-        t = t.float()  # bf16/fp16/fp8: statistics accumulate in float32
-    a = t.resolve_conj().resolve_neg().numpy().ravel()
-    if a.dtype == np.bool_:
-        return bool(a.any()), bool(a.all()), None, None
-    if a.dtype.kind in "iu":
+    dtype = t.dtype
+    if dtype in _NUMPY_FLOATS:
+        if t.numel() > _NUMPY_MAX:
+            return _large_float_stats(t.detach())
+        return _float_stats(_flat_numpy(t), dtype is torch.float64)
+    if dtype in _NUMPY_INTEGERS:
+        a = _flat_numpy(t)
         wide = a.astype(np.float64)
-        return int(a.max()), int(a.min()), float(wide.mean()), math.sqrt(float(np.dot(wide, wide)))
-    high, low = float(a.max()), float(a.min())
+        return int(_max(a)), int(_min(a)), float(wide.mean()), math.sqrt(float(np.dot(wide, wide)))
+    if dtype is torch.bool:
+        a = _flat_numpy(t)
+        return bool(a.any()), bool(a.all()), None, None
+    t = t.detach()
+    if t.is_floating_point():  # bf16/fp16/fp8: statistics accumulate in float32
+        if t.numel() > _NUMPY_MAX:
+            return _large_float_stats(t)
+        return _float_stats(_flat_numpy(t.float()), False)
+    value, kind = _stat_tensor(t)
+    return _as_stats(value.tolist(), kind)
+
+
+def _flat_numpy(t: torch.Tensor) -> np.ndarray:
+    """A 1-D numpy view of a CPU tensor: `numpy(force=True)` detaches and resolves a lazy conjugation or
+    negation (a copy only then) in one call."""
+    return t.numpy(force=True).ravel()
+
+
+def _float_stats(a: np.ndarray, is_float64: bool) -> tuple:
+    """float32 or float64 values: Mean and Norm in float32 unless the values are float64 or so large that
+    float32 squares could overflow."""
+    high, low = float(_max(a)), float(_min(a))
+    if not is_float64 and -_NORM_SAFE <= low and high <= _NORM_SAFE:  # the usual case; false for NaN and Inf
+        return high, low, float(np.dot(a, _ONES[:a.size])) / a.size, math.sqrt(float(np.dot(a, a)))
     if not (math.isfinite(high) and math.isfinite(low)):
         with np.errstate(all="ignore"):  # NaN/Inf are data here, not a numpy warning for the user
             return high, low, float(a.mean(dtype=a.dtype)), math.sqrt(float(np.dot(a, a)))
-    if a.dtype == np.float64 or max(abs(high), abs(low)) > _NORM_SAFE:
-        a = a.astype(np.float64, copy=False)
-        return high, low, float(a.mean()), math.sqrt(float(np.dot(a, a)))
-    return high, low, float(np.dot(a, _ONES[:a.size])) / a.size, math.sqrt(float(np.dot(a, a)))
+    a = a.astype(np.float64, copy=False)
+    return high, low, float(a.mean()), math.sqrt(float(np.dot(a, a)))
 
 
 def _large_float_stats(t: torch.Tensor) -> tuple:
@@ -124,7 +145,7 @@ def tensor_stats(t: torch.Tensor) -> tuple:
         t = t.detach()
         if t.numel() == 0 or t.is_meta:
             return NO_STATS
-        if t.device.type == "cpu":
+        if t.is_cpu:
             return _cpu_stats(t)
         value, kind = _stat_tensor(t)
         return _as_stats(value.tolist(), kind)
@@ -185,17 +206,17 @@ class TorchSummarizer(Summarizer):
             if self.md5:
                 summary.md5 = "00000000"
             return summary
-        t = t.detach()
-        if self.md5:
-            if t.device.type == "cpu":
+        if t.is_cpu:
+            if self.md5:
                 summary.md5 = crc32_hex(t)
-            elif self.defer:
-                self._pending_crc.append((t.clone(), summary))
-            else:
-                summary.md5 = crc32_hex(t.cpu())
-        if t.device.type == "cpu":
             summary.stats = _cpu_stats(t)
         else:
+            t = t.detach()
+            if self.md5:
+                if self.defer:
+                    self._pending_crc.append((t.clone(), summary))
+                else:
+                    summary.md5 = crc32_hex(t.cpu())
             value, kind = _stat_tensor(t)
             summary.stats = None
             self.session.pending.append(PendingStats(value, kind, summary))
