@@ -92,4 +92,14 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
         torch_seed_all(seed, mode, rm_dropout)
 
 
-__all__ = ["PrecisionDebugger", "seed_all", "__version__"]
+def __getattr__(name):
+    """`msprobe_lite.compare(...)` after a plain `import msprobe_lite`: the subpackage is loaded on first use
+    (it imports no framework)."""
+    if name == "compare":
+        import importlib
+
+        return importlib.import_module(__name__ + ".compare")
+    raise AttributeError(f"module 'msprobe_lite' has no attribute {name!r}")
+
+
+__all__ = ["PrecisionDebugger", "seed_all", "compare", "__version__"]

@@ -69,8 +69,9 @@ def _add_compare(subparsers: argparse._SubParsersAction) -> None:
     cmd.add_argument("-gp", "--golden_path", required=True, help="golden dump, same kinds as -tp")
     cmd.add_argument("-o", "--output_path", default="compare_output", help="output folder (default %(default)s)")
     cmd.add_argument("--xlsx", action="store_true", help="also write .xlsx with error/warning rows highlighted")
-    cmd.add_argument("--html", action="store_true", help="write report.html (the default)")
-    cmd.add_argument("--no-html", action="store_true", help="skip report.html")
+    html = cmd.add_mutually_exclusive_group()
+    html.add_argument("--html", action="store_true", help="write report.html (the default)")
+    html.add_argument("--no-html", action="store_true", help="skip report.html")
     cmd.add_argument("-dm", "--mapping", help="YAML mapping of target name fragments to golden name fragments")
     cmd.add_argument("-n", "--workers", type=_positive_int, default=None,
                      help="processes for step/rank pairs and tensor files (default: one per CPU)")
@@ -108,7 +109,7 @@ def _ckpt_convert(args: argparse.Namespace) -> int:
             return 2
     try:
         report = convert_checkpoint(args.input, args.output, args.template)
-    except (ValueError, RuntimeError, OSError) as error:
+    except Exception as error:  # noqa: BLE001 - torch/MindSpore raise many types for a bad file
         print(f"msprobe-lite ckpt convert: {error}", file=sys.stderr)
         return 2
     print("\n".join(report.lines()))

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from msprobe_lite.compare import compare  # noqa: E402
 from msprobe_lite.pytorch import PrecisionDebugger, seed_all  # noqa: E402
 
-OUT = os.path.abspath("demo_output")
+OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "demo_output")
 
 
 class Block(nn.Module):

@@ -23,7 +23,7 @@ from msprobe_lite.mindspore import PrecisionDebugger as MsDebugger  # noqa: E402
 from msprobe_lite.mindspore.checkpoint import convert_checkpoint  # noqa: E402
 from msprobe_lite.pytorch import PrecisionDebugger as TorchDebugger  # noqa: E402
 
-OUT = os.path.abspath(os.path.join("demo_output", "mindspore"))
+OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "demo_output", "mindspore")
 
 
 class TorchMLP(torch.nn.Module):

@@ -21,9 +21,16 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# chosen before the imports below: --backend on the command line, or MSPROBE_LITE_DEMO_BACKEND (tests)
-BACKEND = (sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv[:-1]
-           else os.environ.get("MSPROBE_LITE_DEMO_BACKEND", "torch"))
+
+def _backend() -> str:
+    """Chosen before the imports below: --backend (either spelling), or MSPROBE_LITE_DEMO_BACKEND (tests)."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--backend", choices=("torch", "msadapter"))
+    known, _ = early.parse_known_args()
+    return known.backend or os.environ.get("MSPROBE_LITE_DEMO_BACKEND", "torch")
+
+
+BACKEND = _backend() if __name__ == "__main__" else os.environ.get("MSPROBE_LITE_DEMO_BACKEND", "torch")
 if BACKEND == "msadapter":
     import mindspore as ms
     import msadapter.pytorch as torch

@@ -5,10 +5,10 @@
 # main lane's Python (built by tools/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY39="${MSPROBE_LITE_PY39:-/root/.pyenv/versions/3.9.18/bin/python}"
+PY39="${MSPROBE_LITE_PY39:-$(command -v python3.9 || echo /root/.pyenv/versions/3.9.18/bin/python)}"
 VENV="${MSPROBE_LITE_VENV39:-.venv39}"
 if [ ! -x "$PY39" ]; then
-  echo "MSAdapter lane: no Python 3.9 at $PY39 (set MSPROBE_LITE_PY39)" >&2
+  echo "MSAdapter lane: no Python 3.9 found (tried python3.9 on PATH and $PY39); set MSPROBE_LITE_PY39" >&2
   exit 1
 fi
 bash tools/setup.sh

@@ -267,6 +267,8 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
         inputs = pair_inputs(target, golden)
     except DumpError as exc:
         raise CompareError(str(exc)) from None
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise CompareError(f"{output_dir}: exists and is not a folder (expected the output folder)")
     os.makedirs(output_dir, mode=0o750, exist_ok=True)
     timestamp = time.strftime("%Y%m%d%H%M%S")
     tty = sys.stderr.isatty() and not quiet

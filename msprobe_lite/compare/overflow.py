@@ -6,7 +6,7 @@ import os
 
 from ..core.writer import make_dirs, write_atomic
 from .metrics import finite
-from .read import load_dump, resolve
+from .read import DumpError, load_dump, resolve
 from .rows import INPUT, OUTPUT
 
 
@@ -37,6 +37,8 @@ def analyse(path: str, output_dir: str | None = None, quiet: bool = False) -> di
             else:
                 print(f"[{where}] no call turns finite inputs into NaN/Inf")
     output_dir = output_dir or "."
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise DumpError(f"{output_dir}: exists and is not a folder (expected the output folder)")
     make_dirs(output_dir)
     write_atomic(os.path.join(output_dir, "overflow_summary.json"), json.dumps(result, indent=1))
     return result

@@ -50,7 +50,7 @@ def direction_of(name: str) -> str | None:
     return None
 
 
-# where a value sits in a record -> the category in its tensor file name (spec: dump-format.md, section 6)
+# where a value sits in a record -> the category in its tensor file name (docs/format.md, tensor files)
 _CATEGORY = {"input_args": "input", "input_kwargs": "kwargs", "output": "output", "parameters": "parameters",
              "input": "input"}
 # separators, NUL and control characters never reach a file name
