@@ -24,7 +24,7 @@ import torch.nn.functional as F
 import yaml
 from torch.overrides import TorchFunctionMode
 
-from ..core.safety import guarded, log
+from ..core.safety import guarded, log, report_failure
 from ..core.values import tensor_leaves
 from .framework import TorchFramework
 
@@ -107,32 +107,39 @@ class ApiCapture(TorchFunctionMode):
 
     # -- interception ----------------------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        """Runs for every torch call while collecting, attribute reads of tensors included: one dict probe
+        decides. The debugger's own failures are reported and swallowed here, inline: a decorator would add
+        two calls, and two frames to every stack walk, for each captured call."""
+        if kwargs is None:
+            kwargs = {}
         entry = self.table.get(func)
-        if entry is None:
-            return func(*args, **(kwargs or {}))
-        return self.record_call(entry, func, args, kwargs or {})
-
-    def record_call(self, entry, func, args, kwargs):
-        call = self._begin(entry, args, kwargs)
+        if entry is None or not self.session.forward_on:
+            return func(*args, **kwargs)
+        try:
+            call = self._open(entry, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - never break the user's call
+            report_failure("API capture", exc, site="ApiCapture._begin")
+            call = None
         out = func(*args, **kwargs)
         if call is not None:
-            self._end(call, entry, args, out)
+            try:
+                self.recorder.end_api(call, entry[1], args, out)
+            except Exception as exc:  # noqa: BLE001
+                report_failure("API capture", exc, site="ApiCapture._end")
         return out
 
     @guarded("API capture")
     def _begin(self, entry, args, kwargs):
-        session = self.session
-        if not session.forward_on:
+        if not self.session.forward_on:
             return None
+        return self._open(entry, args, kwargs)
+
+    def _open(self, entry, args, kwargs):
         parent = None
         if self.modules is not None and self.in_optimizer:
             parent = OPTIMIZER
-            session.set_parent(OPTIMIZER, None)
+            self.session.set_parent(OPTIMIZER, None)
         return self.recorder.begin_api(entry, args, kwargs, self.modules, parent)
-
-    @guarded("API capture")
-    def _end(self, call, entry, args, out):
-        self.recorder.end_api(call, entry[1], args, out)
 
     # -- torch.distributed -------------------------------------------------------------------------------
     def _wrap_distributed(self) -> None:
