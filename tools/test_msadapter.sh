@@ -5,11 +5,26 @@
 # main lane's Python (built by tools/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY39="${MSPROBE_LITE_PY39:-$(command -v python3.9 || echo /root/.pyenv/versions/3.9.18/bin/python)}"
 VENV="${MSPROBE_LITE_VENV39:-.venv39}"
-if [ ! -x "$PY39" ]; then
-  echo "MSAdapter lane: no Python 3.9 found (tried python3.9 on PATH and $PY39); set MSPROBE_LITE_PY39" >&2
-  exit 1
+# A Python 3.9 that really runs: pyenv puts a python3.9 shim on PATH that exits 127 when 3.9 is not the
+# selected version, so every candidate is tried, not just found.
+is_py39() { "$1" -c 'import sys; assert sys.version_info[:2] == (3, 9)' >/dev/null 2>&1; }
+if [ -n "${MSPROBE_LITE_PY39:-}" ]; then
+  if ! is_py39 "$MSPROBE_LITE_PY39"; then
+    echo "MSAdapter lane: MSPROBE_LITE_PY39=$MSPROBE_LITE_PY39 is not a working Python 3.9 interpreter" >&2
+    exit 1
+  fi
+  PY39="$MSPROBE_LITE_PY39"
+else
+  PY39=""
+  for cand in /root/.pyenv/versions/3.9.18/bin/python "$(command -v python3.9 || true)"; do
+    if [ -n "$cand" ] && is_py39 "$cand"; then PY39="$cand"; break; fi
+  done
+  if [ -z "$PY39" ]; then
+    echo "MSAdapter lane: no working Python 3.9 (tried /root/.pyenv/versions/3.9.18/bin/python and python3.9" \
+         "on PATH); set MSPROBE_LITE_PY39 to a Python 3.9 interpreter" >&2
+    exit 1
+  fi
 fi
 bash tools/setup.sh
 stamp="$VENV/.ready-$(cat pyproject.toml tools/test_msadapter.sh | sha1sum | cut -c1-12)"
