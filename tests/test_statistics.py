@@ -140,3 +140,96 @@ def test_tensors_in_lists_what_tensor_leaves_yields():
         want = list(tensor_leaves(value, torch.is_tensor))
         got = tensors_in(value, torch.is_tensor)
         assert len(got) == len(want) and all(g is w for g, w in zip(got, want))
+
+
+# -- the one-pass C kernel and the library routes it stands in front of ------------------------------------------
+import pytest  # noqa: E402
+
+import msprobe_lite.core.statistics as core_statistics  # noqa: E402
+import msprobe_lite.pytorch.summary as torch_summary  # noqa: E402
+
+
+@pytest.fixture(params=["one pass", "library"])
+def route(request, monkeypatch):
+    """Every statistic below must hold on both routes: the C kernel, and numpy/torch where it is not built."""
+    if request.param == "library":
+        monkeypatch.setattr(core_statistics, "one_pass", None)
+        monkeypatch.setattr(torch_summary, "one_pass", None)
+    return request.param
+
+
+def test_the_one_pass_kernel_is_built_here():
+    # the test set-up compiles it (pip install -e .): a silently missing kernel would only show as slowness
+    assert core_statistics.one_pass is not None
+
+
+# sizes around the kernel's 16 lanes and 4096-value blocks, and past the library's numpy/torch switch (65536)
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 4095, 4096, 4097, 65537, 300_001])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_float_statistics_on_both_routes(route, n, dtype):
+    g = torch.Generator().manual_seed(n)
+    t = (torch.randn(n, generator=g) * 3 + 0.25).to(dtype)
+    mx, mn, mean, norm = tensor_stats(t)
+    want = expected_stats(t)  # float64, from the values the tensor holds in its own dtype
+    assert (mx, mn) == (want[0], want[1])  # Max and Min are values of the tensor, exactly
+    # float32 accumulation (the spec's rule for low precision) bounds how close Mean and Norm can be
+    rel = 1e-12 if dtype is torch.float64 else 2e-5
+    assert math.isclose(mean, want[2], rel_tol=rel, abs_tol=rel * want[3] / math.sqrt(n))
+    assert math.isclose(norm, want[3], rel_tol=rel)
+
+
+def test_layouts_views_and_autograd_on_both_routes(route):
+    g = torch.Generator().manual_seed(9)
+    base = torch.randn(64, 48, generator=g, requires_grad=True)
+    for t in (base, base.t(), base[::3, 5:], base.detach().expand(3, 64, 48), base[7, 9], base.detach().neg()):
+        got = tensor_stats(t)
+        for g_, w in zip(got, expected_stats(t)):
+            assert math.isclose(g_, w, rel_tol=1e-5, abs_tol=1e-6), (t.shape, got)
+    assert tensor_stats(torch.tensor(-2.5)) == (-2.5, -2.5, -2.5, 2.5)
+
+
+def test_non_finite_values_keep_the_spec_rules_on_both_routes(route):
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        t = torch.arange(40.0).to(dtype)
+        t[33] = float("nan")
+        assert all(math.isnan(v) for v in tensor_stats(t)), dtype
+        t[33] = float("inf")
+        mx, mn, mean, norm = tensor_stats(t)
+        assert (mx, mn, mean, norm) == (math.inf, 0.0, math.inf, math.inf), dtype
+        t[34] = -float("inf")
+        mx, mn, mean, norm = tensor_stats(t)
+        assert (mx, mn, norm) == (math.inf, -math.inf, math.inf) and math.isnan(mean), dtype
+
+
+def test_float32_squares_beyond_float32_are_computed_wider_on_both_routes(route):
+    huge = torch.full((5000,), 3e19)  # each square overflows float32
+    mx, mn, mean, norm = tensor_stats(huge)
+    assert (mx, mn) == (float(huge[0]), float(huge[0]))
+    assert math.isclose(mean, float(huge[0]), rel_tol=1e-6)
+    assert math.isclose(norm, float(huge[0]) * math.sqrt(5000), rel_tol=1e-6)
+
+
+def test_numpy_arrays_and_mindspore_bfloat16_take_the_same_routes(route):
+    import mindspore as ms  # registers numpy's `bfloat16` dtype, which its bf16 tensors' asnumpy() returns
+
+    a = np.random.default_rng(4).standard_normal(5000).astype(np.float32)
+    bf16 = ms.Tensor(a, ms.bfloat16).asnumpy()
+    assert bf16.dtype.name == "bfloat16"
+    for arr in (a, a.astype(np.float64), bf16, a.reshape(50, 100)[:, ::2]):
+        wide = arr.astype(np.float64)
+        got = core_statistics.numpy_stats(arr)
+        want = (wide.max(), wide.min(), wide.mean(), math.sqrt((wide * wide).sum()))
+        for g_, w in zip(got, want):
+            assert math.isclose(g_, w, rel_tol=2e-5), (arr.dtype, got, want)
+
+
+def test_the_kernel_refuses_what_it_cannot_read():
+    one_pass = core_statistics.one_pass
+    with pytest.raises(ValueError, match="expected a non-empty contiguous buffer"):
+        one_pass(np.zeros(0, np.float32), "float32")
+    with pytest.raises(ValueError, match="kind 'int8'"):
+        one_pass(np.zeros(4, np.float32), "int8")
+    with pytest.raises(ValueError, match="float64"):
+        one_pass(np.zeros(3, np.float32), "float64")  # 12 bytes are not whole float64 items
+    with pytest.raises((BufferError, ValueError, TypeError)):
+        one_pass(np.zeros((4, 4), np.float32)[:, ::2], "float32")  # strided: the caller makes it contiguous

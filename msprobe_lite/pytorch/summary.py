@@ -14,6 +14,7 @@ import torch
 from zlib_ng import zlib_ng
 
 from ..core.records import NO_STATS, PendingStats, TensorSummary
+from ..core.statistics import one_pass
 from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
 from ..core.values import ValueEncoder
@@ -48,15 +49,37 @@ _ONES = np.ones(_NUMPY_MAX, dtype=np.float32)  # multithreaded kernels win. sum 
 _max, _min = np.maximum.reduce, np.minimum.reduce
 
 
+# dtype -> how the one-pass kernel reads it: float16 has no kernel lane of its own and goes through float32
+_ONE_PASS = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
+             torch.float16: "float16"}
+
+
+def _one_pass_stats(t: torch.Tensor, kind: str):
+    """The C kernel over a zero-copy numpy view (bf16: its raw 2-byte items; fp16: a float32 copy), or None
+    when the values are not all finite."""
+    if kind == "bfloat16":
+        return one_pass(t.detach().view(torch.int16).numpy().ravel(), kind)
+    if kind == "float16":
+        return one_pass(t.detach().float().numpy().ravel(), "float32")
+    return one_pass(t.numpy(force=True).ravel(), kind)
+
+
 def _cpu_stats(t: torch.Tensor) -> tuple:
     """Statistics of a non-empty CPU tensor (attached to autograd or not), by the fastest route for its size
     and dtype.
 
-    Small tensors: numpy over a zero-copy view (one torch dispatch costs more than a numpy reduction there).
-    Large floats: torch's fused kernels, stacked and fetched in one `tolist()`. This runs for every distinct
+    Floats: the one-pass C kernel when it is built and the values are finite. Otherwise small tensors go
+    through numpy over a zero-copy view (one torch dispatch costs more than a numpy reduction there), large
+    floats through torch's fused kernels, stacked and fetched in one `tolist()`. This runs for every distinct
     tensor value of the step, so the dtype is dispatched on once and the common path makes few calls.
     """
     dtype = t.dtype
+    if one_pass is not None:
+        kind = _ONE_PASS.get(dtype)
+        if kind is not None:
+            stats = _one_pass_stats(t, kind)
+            if stats is not None:
+                return stats
     if dtype in _NUMPY_FLOATS:
         if t.numel() > _NUMPY_MAX:
             return _large_float_stats(t.detach())
