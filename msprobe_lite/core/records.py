@@ -29,7 +29,8 @@ class TensorSummary:
         self.md5 = md5
 
     def to_json(self, data_name: str | None = None) -> dict:
-        out = {"type": self.type, "dtype": self.dtype, "shape": self.shape}
+        shape = list(self.shape) if isinstance(self.shape, tuple) else self.shape
+        out = {"type": self.type, "dtype": self.dtype, "shape": shape}
         if self.stats is not None:
             out.update(zip(STAT_KEYS, self.stats))
         if self.requires_grad is not None:
@@ -42,12 +43,29 @@ class TensorSummary:
 
     def json_text(self, data_name: str | None = None) -> str:
         """`json.dumps(self.to_json(data_name))`, byte for byte, built directly: formatting summaries is most
-        of the cost of writing a step, and one template skips the dict and the encoder's setup."""
-        text = _HEAD % (json_str(self.type), json_str(self.dtype), json_shape(self.shape))
-        if self.stats is not None:
-            text += "".join([f', "{key}": {json_scalar(v)}' for key, v in zip(STAT_KEYS, self.stats)])
+        of the cost of writing a step. The head (type, dtype, shape) recurs across calls and steps and is
+        formatted once per process; four finite floats, the usual statistics, take one `%` operation."""
+        shape = self.shape
+        if isinstance(shape, tuple):  # a framework's shape (torch.Size, a MindSpore tuple): ints, hashable
+            key = (self.type, self.dtype, shape)
+            text = _HEADS.get(key)
+            if text is None:
+                text = _HEAD % (json_str(self.type), json_str(self.dtype), json_shape(list(shape)))
+                if len(_HEADS) < _HEADS_MAX:
+                    _HEADS[key] = text
+        else:
+            text = _HEAD % (json_str(self.type), json_str(self.dtype), json_shape(shape))
+        stats = self.stats
+        if stats is not None:
+            a, b, c, d = stats
+            if type(a) is float and type(b) is float and type(c) is float and type(d) is float \
+                    and (a - a) + (b - b) + (c - c) + (d - d) == 0.0:  # all finite: float.__repr__, as json
+                text += _FINITE_STATS % stats
+            else:
+                text += "".join([f', "{key}": {json_scalar(v)}' for key, v in zip(STAT_KEYS, stats)])
         if self.requires_grad is not None:
-            text += f', "requires_grad": {json_scalar(self.requires_grad)}'
+            text += _REQUIRES_GRAD[self.requires_grad] if type(self.requires_grad) is bool else \
+                f', "requires_grad": {json_scalar(self.requires_grad)}'
         if data_name is not None:
             text += f', "data_name": {json.dumps(data_name)}'
         if self.md5 is not None:
@@ -111,6 +129,10 @@ class Record:
 
 
 _HEAD = '{"type": %s, "dtype": %s, "shape": %s'
+_HEADS: dict = {}  # (type, dtype, shape) -> formatted head; a model has a few hundred distinct ones
+_HEADS_MAX = 65536
+_FINITE_STATS = ', "Max": %r, "Min": %r, "Mean": %r, "Norm": %r'
+_REQUIRES_GRAD = {True: ', "requires_grad": true', False: ', "requires_grad": false'}
 _STR_TEXT: dict = {}  # str -> its JSON text: dtype and type names, keys; a few dozen distinct strings a run
 
 

@@ -111,7 +111,7 @@ class MindSporeSummarizer(Summarizer):
         save_npy(copy, path)
 
     def _summarize(self, t: ms.Tensor) -> TensorSummary:
-        summary = TensorSummary(TENSOR_TYPE, str(t.dtype), list(t.shape), NO_STATS)
+        summary = TensorSummary(TENSOR_TYPE, str(t.dtype), tuple(t.shape), NO_STATS)
         if t.size == 0:
             if self.md5:
                 summary.md5 = "00000000"

@@ -174,6 +174,9 @@ def tensor_stats(t: torch.Tensor) -> tuple:
         return _as_stats(value.tolist(), kind)
 
 
+_DTYPE_NAMES: dict = {}  # torch.dtype -> "torch.float32": str() of a dtype builds the text anew each time
+
+
 def _encode_size(v):
     return {"type": "torch.Size", "value": list(v)}
 
@@ -222,7 +225,11 @@ class TorchSummarizer(Summarizer):
         save_tensor(copy.cpu(), path)
 
     def _summarize(self, t: torch.Tensor) -> TensorSummary:
-        summary = TensorSummary("torch.Tensor", str(t.dtype), list(t.shape), NO_STATS, t.requires_grad)
+        dtype = t.dtype
+        name = _DTYPE_NAMES.get(dtype)
+        if name is None:
+            name = _DTYPE_NAMES[dtype] = str(dtype)
+        summary = TensorSummary("torch.Tensor", name, t.shape, NO_STATS, t.requires_grad)
         if t.is_meta:
             return summary
         if t.numel() == 0:
