@@ -22,15 +22,18 @@ from .values import tensors_in
 class Call:
     """A call in flight: its forward record (None when filtered out) and its backward collector.
 
-    `save_as` is the record name when its tensors are also saved to files (task tensor, tensor_list)."""
+    `save_as` is the record name when its tensors are also saved to files (task tensor, tensor_list). The
+    backward collector exists once an input or an output can receive a gradient; until then `bwd_name`,
+    `bwd_parent` and `n_in` (how many tensors the call received) say how to make it."""
 
-    __slots__ = ("name", "record", "backward", "save_as")
+    __slots__ = ("name", "record", "backward", "save_as", "bwd_name", "bwd_parent", "n_in")
 
     def __init__(self, name, record=None, backward=None, save_as=None):
         self.name = name
         self.record = record
         self.backward = backward
         self.save_as = save_as
+        self.bwd_name = None  # set when gradients are recorded for this call
 
 
 class BackwardCall:
@@ -86,51 +89,79 @@ class BackwardCall:
 
 
 class CallRecorder:
-    """Begins and ends recorded calls; module hooks and the API capture both go through here."""
+    """Begins and ends recorded calls; module hooks and the API capture both go through here.
+
+    This runs for every captured call, so what the config fixes for the whole run (is anything filtered,
+    which parts are dumped, are tensors saved, are stacks kept) is decided once, here."""
 
     def __init__(self, session, summarizer, framework):
         self.framework = framework
         self.session = session
         self.summarizer = summarizer
         self.grad_handles = []   # tensor hooks of this step, removed when the step ends
+        flt, config = session.filter, session.config
+        self._filtered = not flt.everything
+        self._inputs = session.numbers and flt.wants_part("input")
+        self._outputs = session.numbers and flt.wants_part("output")
+        self._saving = config.task == "tensor" or bool(session.tensor_list)
+        self._extra = config.extra_info
+        # without tensor hooks (MindSpore 2.0) the module backward hook fills every backward call it reaches
+        self._always_backward = not framework.tensor_hooks
 
     def begin(self, name: str, bwd_name: str, args, kwargs, parent, bwd_parent, params=None) -> Call:
-        session, flt = self.session, self.session.filter
-        flt.on_start(name)
+        session, filtered = self.session, self._filtered
+        if filtered:
+            session.filter.on_start(name)
         call = Call(name)
-        if flt.wants(name):
+        if not filtered or session.filter.wants(name):
             call.record = record = Record(name)
-            call.save_as = save_as = name if session.saves_tensors(name) else None
-            if session.numbers and flt.wants_part("input"):
-                record.data["input_args"], record.data["input_kwargs"] = \
-                    self.summarizer.encode_call(args, kwargs, save_as)
+            call.save_as = save_as = name if self._saving and session.saves_tensors(name) else None
+            if self._inputs:
+                data = record.data
+                data["input_args"], data["input_kwargs"] = self.summarizer.encode_call(args, kwargs, save_as)
                 if params is not None:
-                    record.data["parameters"] = {p: self.summarizer.summarize(t, save_as=save_as,
-                                                                               path=("parameters", p))
-                                                 for p, t in params}
-            if session.config.extra_info:
-                session.set_parent(name, parent)
-                session.stacks.add(name, session.stacks.capture())
+                    data["parameters"] = {p: self.summarizer.summarize(t, save_as=save_as, path=("parameters", p))
+                                          for p, t in params}
+            if self._extra:
+                session.construct[name] = parent
+                stacks = session.stacks
+                stacks.add(name, stacks.capture())
         framework = self.framework
-        if framework.recording_gradients() and flt.wants(bwd_name):
-            inputs = tensors_in(args, framework.is_tensor, 1) + tensors_in(kwargs, framework.is_tensor, 1)
-            call.backward = BackwardCall(bwd_name, session, self.summarizer, len(inputs), framework)
-            call.backward.hook(inputs, "output", self.grad_handles)
-            call.backward.parent = bwd_parent
+        if framework.recording_gradients() and (not filtered or session.filter.wants(bwd_name)):
+            is_tensor = framework.is_tensor
+            inputs = tensors_in(args, is_tensor, 1) + tensors_in(kwargs, is_tensor, 1)
+            call.bwd_name, call.bwd_parent, call.n_in = bwd_name, bwd_parent, len(inputs)
+            if self._always_backward or any(map(framework.may_get_grad, inputs)):
+                self._backward(call).hook(inputs, "output", self.grad_handles)
         return call
+
+    def _backward(self, call: Call) -> BackwardCall:
+        backward = call.backward = BackwardCall(call.bwd_name, self.session, self.summarizer, call.n_in,
+                                                self.framework)
+        backward.parent = call.bwd_parent
+        return backward
 
     def end(self, call: Call, output, recorded_output=None) -> None:
         """`recorded_output` replaces `output` in the record (an in-place `x[i] = y` records x, not None)."""
         session = self.session
-        if call.record is not None:
-            if session.numbers and session.filter.wants_part("output"):
+        record = call.record
+        if record is not None:
+            if self._outputs:
                 shown = output if recorded_output is None else recorded_output
-                call.record.data["output"] = self.summarizer.encode_output(shown, call.save_as)
-            if not session.numbers or not call.record.is_empty():
-                session.add(call.record)
-        if call.backward is not None:
-            call.backward.hook(tensors_in(output, self.framework.is_tensor), "input", self.grad_handles)
-        session.filter.on_end(call.name)
+                record.data["output"] = self.summarizer.encode_output(shown, call.save_as)
+            if not session.numbers or record.data:
+                session.records[record.name] = record  # session.add, inline: this runs for every call
+                session.dirty = True
+        if call.bwd_name is not None:
+            framework = self.framework
+            outputs = tensors_in(output, framework.is_tensor)
+            backward = call.backward
+            if backward is None and any(map(framework.may_get_grad, outputs)):  # e.g. a factory with
+                backward = self._backward(call)                                # requires_grad=True
+            if backward is not None:
+                backward.hook(outputs, "input", self.grad_handles)
+        if self._filtered:
+            session.filter.on_end(call.name)
 
     def begin_api(self, key, args, kwargs, modules=None, parent=None) -> Call:
         """An API call, `key` = (prefix, api): records `{prefix}.{api}.{n}.forward` and `.backward`. Its

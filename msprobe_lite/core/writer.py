@@ -131,7 +131,7 @@ def dump_json_chunks(header: dict, records, per: int = 4096):
     records, sep = iter(records), "\n"
     texts: dict = {}  # id(summary) -> JSON text, for this write: a summary recurs in several records
     while True:
-        lines = [f"{json.dumps(r.name)}: {value_json(r.data, texts)}" for r in itertools.islice(records, per)]
+        lines = [f"{_json_name(r.name)}: {value_json(r.data, texts)}" for r in itertools.islice(records, per)]
         if not lines:
             break
         yield (sep + ",\n".join(lines)).encode("utf-8")
@@ -144,17 +144,33 @@ def value_json(value, texts: dict) -> str:
 
     The usual shapes (dicts with string keys, lists, summaries, scalars) are joined here; a summary's text is
     made once per write and kept in `texts` (by id: the summaries are alive for the whole write), since the
-    output of one call is usually the input of the next. Anything else goes through json itself."""
+    output of one call is usually the input of the next. Summaries inside lists (arguments, outputs,
+    gradients) are looked up inline, without a call each. Anything else goes through json itself."""
     kind = type(value)
+    if kind is list:
+        parts = []
+        for item in value:
+            item_kind = type(item)
+            if item_kind is TensorSummary or item_kind is SavedTensor:
+                text = texts.get(id(item))
+                if text is None:
+                    text = texts[id(item)] = item.json_text()
+                parts.append(text)
+            else:
+                parts.append(value_json(item, texts))
+        return "[" + ", ".join(parts) + "]"
+    if kind is dict:
+        parts = []
+        for key, item in value.items():
+            if type(key) is not str:  # keys of other types: json's conversion rules
+                return json.dumps(value, default=json_default)
+            parts.append(f"{json_str(key)}: {value_json(item, texts)}")
+        return "{" + ", ".join(parts) + "}"
     if kind is TensorSummary or kind is SavedTensor:
         text = texts.get(id(value))
         if text is None:
             text = texts[id(value)] = value.json_text()
         return text
-    if kind is list:
-        return "[" + ", ".join([value_json(v, texts) for v in value]) + "]"
-    if kind is dict and set(map(type, value)) <= _STR:
-        return "{" + ", ".join([f"{json_str(k)}: {value_json(v, texts)}" for k, v in value.items()]) + "}"
     if kind is str:
         return json_str(value)
     if kind in _SCALARS:
@@ -163,7 +179,7 @@ def value_json(value, texts: dict) -> str:
 
 
 _SCALARS = (float, int, bool, type(None))
-_STR = {str}
+_json_name = json.encoder.encode_basestring_ascii  # json.dumps(str), byte for byte, without its set-up
 
 
 def dump_json_text(header: dict, records) -> str:
