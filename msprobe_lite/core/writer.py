@@ -144,38 +144,36 @@ def value_json(value, texts: dict) -> str:
 
     The usual shapes (dicts with string keys, lists, summaries, scalars) are joined here; a summary's text is
     made once per write and kept in `texts` (by id: the summaries are alive for the whole write), since the
-    output of one call is usually the input of the next. Summaries inside lists (arguments, outputs,
-    gradients) are looked up inline, without a call each. Anything else goes through json itself."""
+    output of one call is usually the input of the next. The leaves inside lists and dicts (summaries,
+    strings, numbers, None: nearly every value of a record) are formatted inline, without a call each.
+    Anything else goes through json itself."""
     kind = type(value)
     if kind is list:
-        parts = []
-        for item in value:
-            item_kind = type(item)
-            if item_kind is TensorSummary or item_kind is SavedTensor:
-                text = texts.get(id(item))
-                if text is None:
-                    text = texts[id(item)] = item.json_text()
-                parts.append(text)
-            else:
-                parts.append(value_json(item, texts))
-        return "[" + ", ".join(parts) + "]"
+        return "[" + ", ".join([_item_json(item, texts) for item in value]) + "]"
     if kind is dict:
         parts = []
         for key, item in value.items():
             if type(key) is not str:  # keys of other types: json's conversion rules
                 return json.dumps(value, default=json_default)
-            parts.append(f"{json_str(key)}: {value_json(item, texts)}")
+            parts.append(f"{json_str(key)}: {_item_json(item, texts)}")
         return "{" + ", ".join(parts) + "}"
+    return _item_json(value, texts)
+
+
+def _item_json(item, texts: dict) -> str:
+    kind = type(item)
     if kind is TensorSummary or kind is SavedTensor:
-        text = texts.get(id(value))
+        text = texts.get(id(item))
         if text is None:
-            text = texts[id(value)] = value.json_text()
+            text = texts[id(item)] = item.json_text()
         return text
     if kind is str:
-        return json_str(value)
+        return json_str(item)
+    if kind is list or kind is dict:
+        return value_json(item, texts)
     if kind in _SCALARS:
-        return json_scalar(value)
-    return json.dumps(value, default=json_default)
+        return json_scalar(item)
+    return json.dumps(item, default=json_default)
 
 
 _SCALARS = (float, int, bool, type(None))
