@@ -2,7 +2,9 @@
 
 Walking frames is cheap; formatting them (reading source lines) is not. A stack is identified by its
 (code object, line) pairs, so each distinct call site is formatted once per process and every later call
-from the same place costs one frame walk and one dict lookup.
+from the same place costs one frame walk and one dict lookup. The walk reads each frame's bytecode offset
+(`f_lasti`) rather than its line: Python computes `f_lineno` from the offset through the line table, on every
+frame of every call. Line numbers are taken once, the first time a sequence of offsets is seen.
 """
 from __future__ import annotations
 
@@ -31,10 +33,12 @@ class StackCollector:
         self._skip_code = {}    # id(code) -> bool (frame is not user code); ints hash fast, code objects don't
         self._codes = {}        # id(code) -> code: keeps every code object seen alive, so ids stay unique
         self._formatted = {}    # stack key -> tuple of frame strings
+        self._by_offsets = {}   # walk key (code ids and offsets) -> stack key (code ids and lines)
         self.reset()
 
     def reset(self) -> None:
         self._stack_ids = {}    # stack key -> index in self._entries
+        self._walk_ids = {}     # walk key -> index in self._entries
         self._entries = []      # [names, frames]
 
     def _skip(self, code) -> bool:
@@ -49,7 +53,7 @@ class StackCollector:
         return skip
 
     def capture(self, skip_frames: int = 1) -> tuple:
-        """The key of the current user stack (innermost first): (id(code), line) pairs."""
+        """The key of the current user stack (innermost first): id(code), offset, id(code), offset, ..."""
         frame = sys._getframe(skip_frames)
         key = []
         skip_code = self._skip_code
@@ -59,16 +63,32 @@ class StackCollector:
             if skip is None:
                 skip = self._skip(code)
             if not skip:
-                key.append((id(code), frame.f_lineno))
+                key.append(id(code))
+                key.append(frame.f_lasti)
             frame = frame.f_back
-        return tuple(key)
+        key = tuple(key)
+        if key not in self._by_offsets:  # first sight: the same frames, their lines
+            self._by_offsets[key] = self._lines(sys._getframe(skip_frames))
+        return key
+
+    def _lines(self, frame) -> tuple:
+        lines = []
+        while frame is not None:
+            if not self._skip(frame.f_code):
+                lines.append((id(frame.f_code), frame.f_lineno))
+            frame = frame.f_back
+        return tuple(lines)
 
     def add(self, name: str, key: tuple) -> None:
-        """Files `name` under the stack `key`."""
-        index = self._stack_ids.get(key)
+        """Files `name` under the stack `key` (from `capture`)."""
+        index = self._walk_ids.get(key)
         if index is None:
-            index = self._stack_ids[key] = len(self._entries)
-            self._entries.append([[], self._format(key)])
+            stack = self._by_offsets[key]
+            index = self._stack_ids.get(stack)
+            if index is None:
+                index = self._stack_ids[stack] = len(self._entries)
+                self._entries.append([[], self._format(stack)])
+            self._walk_ids[key] = index
         self._entries[index][0].append(name)
 
     def _format(self, key: tuple) -> list:
