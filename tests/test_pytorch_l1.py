@@ -143,6 +143,8 @@ def test_mix_construct_maps_apis_to_modules_and_optimizer(tmp_path):
     assert construct["Functional.relu.0.forward"] == "Module.act.ReLU.forward.0"
     assert construct["Functional.cross_entropy.0.forward"] is None
     assert construct["Functional.linear.1.backward"] == "Module.fc2.Linear.backward.0"
+    # fc1's input needs no gradient: its backward parent is known before any gradient can reach it
+    assert construct["Functional.linear.0.backward"] == "Module.fc1.Linear.backward.0"
     assert construct["optimizer"] is None
     opt_records = [n for n, p in construct.items() if p == "optimizer"]
     assert len(opt_records) == 4 and all(n.startswith("Tensor.add_.") for n in opt_records)

@@ -173,7 +173,7 @@ class CallRecorder:
             outer = modules.current()
             if outer is not None:
                 parent = outer.name
-                bwd_parent = outer.backward.name if outer.backward else None
+                bwd_parent = outer.bwd_name  # set even before its backward collector exists
         return self.begin(api_record(prefix, api, n, FORWARD), api_record(prefix, api, n, BACKWARD),
                           args, kwargs, parent, bwd_parent)
 

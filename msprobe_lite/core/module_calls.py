@@ -86,7 +86,7 @@ class ModuleHooks:
 
     # -- hook bodies -----------------------------------------------------------------------------------------
     def _pre_hook(self, path, cls, params):
-        session, kind = self.session, self.kind
+        session, kind, quiet = self.session, self.kind, self.summarizer.quiet
         key = (kind, path)
 
         @guarded(f"forward pre-hook of {kind}.{path}")
@@ -98,14 +98,15 @@ class ModuleHooks:
             stack = self.calls()
             stack.append(Call(name))  # first: the post-hook pops it even if the rest of this hook fails
             outer = stack[-2] if len(stack) > 1 else None
-            stack[-1] = self.recorder.begin(
-                name, module_record(kind, path, cls, BACKWARD, n), args, kwargs,
-                outer.name if outer else None, outer.backward.name if outer and outer.backward else None, params)
+            with quiet():  # the hook's own tensor reads are not API calls (and skip the API capture's dispatch)
+                stack[-1] = self.recorder.begin(
+                    name, module_record(kind, path, cls, BACKWARD, n), args, kwargs,
+                    outer.name if outer else None, outer.bwd_name if outer else None, params)
             return None
         return pre_hook
 
     def _post_hook(self, path):
-        awaiting = self._awaiting
+        awaiting, quiet = self._awaiting, self.summarizer.quiet
 
         @guarded("forward hook")
         def post_hook(module, args, kwargs, output):
@@ -115,7 +116,8 @@ class ModuleHooks:
             call = stack.pop()
             if output is None and sys.exc_info()[0] is not None:
                 return None  # the forward raised: no output to record
-            self.recorder.end(call, output)
+            with quiet():
+                self.recorder.end(call, output)
             if call.backward is not None and not self.framework.tensor_hooks:
                 awaiting.setdefault(path, []).append(call.backward)
             return None

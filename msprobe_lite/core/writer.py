@@ -199,7 +199,13 @@ def json_lines(mapping: dict) -> str:
     """A JSON object with one entry per line: readable, and made by the C encoder (`indent` is pure Python)."""
     if not mapping:
         return "{}\n"
-    return "{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in mapping.items()) + "\n}\n"
+    return "{\n" + ",\n".join([f"{_key_json(k)}: {_json_name(v) if type(v) is str else json.dumps(v)}"
+                                for k, v in mapping.items()]) + "\n}\n"
+
+
+def _key_json(key) -> str:
+    """A key as json writes it: construct.json and stack.json have string keys (record names, indices)."""
+    return _json_name(key) if type(key) is str else json.dumps({key: 0})[1:-4]
 
 
 class FileQueue:
