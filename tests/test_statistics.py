@@ -233,3 +233,45 @@ def test_the_kernel_refuses_what_it_cannot_read():
         one_pass(np.zeros(3, np.float32), "float64")  # 12 bytes are not whole float64 items
     with pytest.raises((BufferError, ValueError, TypeError)):
         one_pass(np.zeros((4, 4), np.float32)[:, ::2], "float32")  # strided: the caller makes it contiguous
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_strided_layouts_are_read_in_place_or_staged_with_the_same_statistics(route, dtype):
+    g = torch.Generator().manual_seed(11)
+    qkv = (torch.randn(4, 16, 3 * 40, generator=g) + 0.5).to(dtype)
+    q, k, v = qkv.split(40, dim=-1)                              # rows of 40 values, 120 apart
+    heads = v.view(4, 16, 5, 8).transpose(1, 2)                   # the same memory, heads first
+    base = torch.randn(6, 7, 9, 5, generator=g).to(dtype)
+    cases = [q, k, v, heads, k.transpose(-2, -1), base.permute(3, 1, 0, 2), base[:, 2:5],
+             base[::2, :, 1:], base[..., 0], base.expand(3, 6, 7, 9, 5),
+             base.reshape(-1).as_strided((10, 8), (4, 1))]       # overlapping rows: staged, every value
+    for t in cases:
+        got = tensor_stats(t)
+        want = expected_stats(t)
+        assert (got[0], got[1]) == (want[0], want[1]), (t.shape, t.stride())
+        rel = 1e-12 if dtype is torch.float64 else 2e-5
+        assert math.isclose(got[2], want[2], rel_tol=rel, abs_tol=rel), (t.shape, t.stride(), got, want)
+        assert math.isclose(got[3], want[3], rel_tol=rel), (t.shape, t.stride(), got, want)
+    qkv[1, 2, 3] = float("nan")                                   # inside q's rows
+    assert all(math.isnan(x) for x in tensor_stats(qkv.split(40, dim=-1)[0]))
+    assert not any(math.isnan(x) for x in tensor_stats(qkv.split(40, dim=-1)[1]))  # k's rows skip it
+
+
+def test_the_kernel_reads_rows_and_refuses_rows_that_do_not_fit():
+    one_pass = core_statistics.one_pass
+    values = np.arange(30, dtype=np.float32)                      # rows [0..3], [10..13], [20..23]
+    rows = np.concatenate([values[0:4], values[10:14], values[20:24]]).astype(np.float64)
+    mx, mn, mean, norm = one_pass(values[:24], "float32", 4, 10)
+    assert (mx, mn, mean) == (23.0, 0.0, rows.mean()) and math.isclose(norm, math.sqrt((rows ** 2).sum()))
+    for run, stride in ((4, 3), (4, 11), (-1, 10)):
+        with pytest.raises(ValueError, match="rows of"):
+            one_pass(values[:24], "float32", run, stride)
+
+
+def test_layouts_beyond_the_staging_buffer_are_copied_whole(monkeypatch):
+    monkeypatch.setattr(torch_summary, "_STAGING_MAX", 16)
+    t = torch.randn(8, 3, 5, generator=torch.Generator().manual_seed(2)).expand(2, 8, 3, 5)  # 240 > 16
+    for x in (t, t.half()):
+        got = tensor_stats(x)
+        for g_, w in zip(got, expected_stats(x)):
+            assert math.isclose(g_, w, rel_tol=1e-5, abs_tol=1e-6)

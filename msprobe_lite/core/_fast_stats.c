@@ -44,57 +44,89 @@ static inline float bf16_to_float(uint16_t bits) {
     return out;
 }
 
-/* LOAD(i) reads value i as ACC (the lane type). */
+/* A kernel feeds runs of contiguous values into 16 lanes per statistic; the float lane sums move into double
+   every BLOCK values. A flat buffer is one run; a strided tensor (rows of a slice) is one run per row.
+   LOAD(p, k) reads value k of run p as ACC (the lane type). */
 #define KERNEL(NAME, ELEM, ACC, LOAD)                                                                 \
-    CLONES static void NAME(const ELEM *x, Py_ssize_t n, stats_t *out) {                             \
-        ACC hi[LANES], lo[LANES];                                                                     \
+    typedef struct {                                                                                  \
+        ACC hi[LANES], lo[LANES], s[LANES], q[LANES];                                                 \
+        ACC top, bottom;                                                                              \
+        double sum, squares;                                                                          \
+        Py_ssize_t pending; /* values in the lane sums since they last moved into double */          \
+    } NAME##_state;                                                                                   \
+    static inline void NAME##_flush(NAME##_state *st) {                                               \
         for (int j = 0; j < LANES; j++) {                                                             \
-            hi[j] = -INFINITY;                                                                        \
-            lo[j] = INFINITY;                                                                         \
+            st->sum += st->s[j];                                                                      \
+            st->squares += st->q[j];                                                                  \
+            st->s[j] = 0;                                                                             \
+            st->q[j] = 0;                                                                             \
         }                                                                                             \
-        double sum = 0.0, squares = 0.0;                                                              \
+        st->pending = 0;                                                                              \
+    }                                                                                                 \
+    CLONES static void NAME##_feed(NAME##_state *st, const ELEM *x, Py_ssize_t n) {                  \
         Py_ssize_t i = 0;                                                                             \
         while (i + LANES <= n) {                                                                      \
-            Py_ssize_t end = i + BLOCK < n ? i + BLOCK : n;                                           \
-            ACC s[LANES], q[LANES];                                                                   \
-            for (int j = 0; j < LANES; j++) {                                                         \
-                s[j] = 0;                                                                             \
-                q[j] = 0;                                                                             \
-            }                                                                                         \
+            Py_ssize_t room = (BLOCK - st->pending) / LANES * LANES;                                  \
+            Py_ssize_t end = i + room < n ? i + room : n;                                             \
+            Py_ssize_t start = i;                                                                     \
+            ACC hi[LANES], lo[LANES], s[LANES], q[LANES];                                             \
+            memcpy(hi, st->hi, sizeof hi);                                                            \
+            memcpy(lo, st->lo, sizeof lo);                                                            \
+            memcpy(s, st->s, sizeof s);                                                               \
+            memcpy(q, st->q, sizeof q);                                                               \
             for (; i + LANES <= end; i += LANES) {                                                    \
                 for (int j = 0; j < LANES; j++) {                                                     \
-                    ACC a = LOAD(i + j);                                                              \
+                    ACC a = LOAD(x, i + j);                                                           \
                     hi[j] = a > hi[j] ? a : hi[j];                                                    \
                     lo[j] = a < lo[j] ? a : lo[j];                                                    \
                     s[j] += a;                                                                        \
                     q[j] += a * a;                                                                    \
                 }                                                                                     \
             }                                                                                         \
-            for (int j = 0; j < LANES; j++) {                                                         \
-                sum += s[j];                                                                          \
-                squares += q[j];                                                                      \
-            }                                                                                         \
+            memcpy(st->hi, hi, sizeof hi);                                                            \
+            memcpy(st->lo, lo, sizeof lo);                                                            \
+            memcpy(st->s, s, sizeof s);                                                               \
+            memcpy(st->q, q, sizeof q);                                                               \
+            st->pending += i - start;                                                                 \
+            if (st->pending >= BLOCK)                                                                 \
+                NAME##_flush(st);                                                                     \
         }                                                                                             \
-        ACC top = -INFINITY, bottom = INFINITY;                                                       \
+        for (; i < n; i++) { /* the run's last values, fewer than the lanes */                        \
+            ACC a = LOAD(x, i);                                                                       \
+            st->top = a > st->top ? a : st->top;                                                      \
+            st->bottom = a < st->bottom ? a : st->bottom;                                             \
+            st->sum += a;                                                                             \
+            st->squares += (double)a * a;                                                             \
+        }                                                                                             \
+    }                                                                                                 \
+    static void NAME(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride,           \
+                     stats_t *out) {                                                                  \
+        NAME##_state st;                                                                              \
         for (int j = 0; j < LANES; j++) {                                                             \
-            top = hi[j] > top ? hi[j] : top;                                                          \
-            bottom = lo[j] < bottom ? lo[j] : bottom;                                                 \
+            st.hi[j] = -INFINITY;                                                                     \
+            st.lo[j] = INFINITY;                                                                      \
+            st.s[j] = 0;                                                                              \
+            st.q[j] = 0;                                                                              \
         }                                                                                             \
-        for (; i < n; i++) {                                                                          \
-            ACC a = LOAD(i);                                                                          \
-            top = a > top ? a : top;                                                                  \
-            bottom = a < bottom ? a : bottom;                                                         \
-            sum += a;                                                                                 \
-            squares += (double)a * a;                                                                 \
+        st.top = -INFINITY;                                                                           \
+        st.bottom = INFINITY;                                                                         \
+        st.sum = st.squares = 0.0;                                                                    \
+        st.pending = 0;                                                                               \
+        for (Py_ssize_t r = 0; r < rows; r++)                                                         \
+            NAME##_feed(&st, (const ELEM *)base + r * stride, run);                                   \
+        NAME##_flush(&st);                                                                            \
+        for (int j = 0; j < LANES; j++) {                                                             \
+            st.top = st.hi[j] > st.top ? st.hi[j] : st.top;                                           \
+            st.bottom = st.lo[j] < st.bottom ? st.lo[j] : st.bottom;                                  \
         }                                                                                             \
-        out->max = top;                                                                               \
-        out->min = bottom;                                                                            \
-        out->sum = sum;                                                                               \
-        out->squares = squares;                                                                       \
+        out->max = st.top;                                                                            \
+        out->min = st.bottom;                                                                         \
+        out->sum = st.sum;                                                                            \
+        out->squares = st.squares;                                                                    \
     }
 
-#define LOAD_PLAIN(k) x[k]
-#define LOAD_BF16(k) bf16_to_float(x[k])
+#define LOAD_PLAIN(p, k) (p)[k]
+#define LOAD_BF16(p, k) bf16_to_float((p)[k])
 KERNEL(stats_f32, float, float, LOAD_PLAIN)
 KERNEL(stats_f64, double, double, LOAD_PLAIN)
 KERNEL(stats_bf16, uint16_t, float, LOAD_BF16)
@@ -105,12 +137,14 @@ static const Py_ssize_t ITEM_SIZES[] = {4, 8, 2};
 static PyObject *stats(PyObject *self, PyObject *args) {
     Py_buffer view;
     const char *kind_name;
-    if (!PyArg_ParseTuple(args, "y*s:stats", &view, &kind_name))
+    Py_ssize_t run = 0, stride = 0;
+    if (!PyArg_ParseTuple(args, "y*s|nn:stats", &view, &kind_name, &run, &stride))
         return NULL;
     int kind = -1;
     for (int k = 0; k < 3; k++)
         if (strcmp(kind_name, KINDS[k]) == 0)
             kind = k;
+    Py_ssize_t items = kind >= 0 ? view.len / ITEM_SIZES[kind] : 0;
     if (kind < 0 || view.len == 0 || view.len % ITEM_SIZES[kind] != 0) {
         PyBuffer_Release(&view);
         PyErr_Format(PyExc_ValueError,
@@ -119,28 +153,42 @@ static PyObject *stats(PyObject *self, PyObject *args) {
                      view.len, kind_name);
         return NULL;
     }
-    Py_ssize_t n = view.len / ITEM_SIZES[kind];
+    Py_ssize_t rows = 1;
+    if (run == 0) {
+        run = stride = items;
+    } else if (run < 0 || stride < run || (items - run) % stride != 0) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError,
+                     "stats(): rows of %zd values every %zd values do not end where a buffer of %zd values "
+                     "ends (expected 0 < run <= stride and (items - run) a multiple of stride)",
+                     run, stride, items);
+        return NULL;
+    } else {
+        rows = (items - run) / stride + 1;
+    }
     stats_t r;
     int release = view.len >= RELEASE_GIL_FROM;
     PyThreadState *state = release ? PyEval_SaveThread() : NULL;
     if (kind == 0)
-        stats_f32((const float *)view.buf, n, &r);
+        stats_f32((const char *)view.buf, rows, run, stride, &r);
     else if (kind == 1)
-        stats_f64((const double *)view.buf, n, &r);
+        stats_f64((const char *)view.buf, rows, run, stride, &r);
     else
-        stats_bf16((const uint16_t *)view.buf, n, &r);
+        stats_bf16((const char *)view.buf, rows, run, stride, &r);
     if (release)
         PyEval_RestoreThread(state);
     PyBuffer_Release(&view);
     if (!isfinite(r.sum) || !isfinite(r.squares))
         Py_RETURN_NONE; /* NaN, an infinity, or a float32 lane overflowed: the exact route decides */
-    return Py_BuildValue("(dddd)", r.max, r.min, r.sum / (double)n, sqrt(r.squares));
+    return Py_BuildValue("(dddd)", r.max, r.min, r.sum / (double)(rows * run), sqrt(r.squares));
 }
 
 static PyMethodDef METHODS[] = {
     {"stats", stats, METH_VARARGS,
-     "stats(buffer, kind) -> (Max, Min, Mean, Norm), or None when the values are not all finite.\n\n"
-     "kind: 'float32', 'float64' or 'bfloat16' (a buffer of the 2-byte bfloat16 items)."},
+     "stats(buffer, kind, run=0, stride=0) -> (Max, Min, Mean, Norm), or None when the values are not all "
+     "finite.\n\nkind: 'float32', 'float64' or 'bfloat16' (a buffer of the 2-byte bfloat16 items). With run "
+     "and stride, the values are rows of `run` items starting every `stride` items (a slice of a wider "
+     "tensor); the items between rows are not read."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_stats",

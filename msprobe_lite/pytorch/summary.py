@@ -52,16 +52,65 @@ _max, _min = np.maximum.reduce, np.minimum.reduce
 # dtype -> how the one-pass kernel reads it: float16 has no kernel lane of its own and goes through float32
 _ONE_PASS = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
              torch.float16: "float16"}
+# what the kernel reads each dtype as (bf16: its raw 2-byte items) and in which dtype a staged copy is made
+_READ_AS = {torch.float32: (None, torch.float32), torch.float64: (None, torch.float64),
+            torch.bfloat16: (torch.int16, torch.bfloat16), torch.float16: (None, torch.float32)}
+_STAGING_MAX = 1 << 22   # elements: a staged copy up to 16 MB of float32 reuses one buffer per dtype
+_staging: dict = {}      # dtype -> 1-D CPU tensor (the collecting thread's: other threads are not recorded)
+
+
+def _rows(t: torch.Tensor):
+    """(run, stride, rows) when the values of a non-contiguous tensor are `rows` runs of `run` contiguous
+    values, `stride` apart, in some order of its dimensions (statistics do not depend on the order): one
+    dense block when transposed or permuted (rows == 1), rows when sliced (q, k and v out of one qkv
+    projection). None for other layouts (expanded, overlapping, several levels of gaps)."""
+    merged = []  # (stride, size) groups, innermost first
+    for stride, size in sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1):
+        if merged and stride == merged[-1][0] * merged[-1][1]:
+            merged[-1] = (merged[-1][0], merged[-1][1] * size)
+        else:
+            merged.append((stride, size))
+    if not merged or merged[0][0] != 1 or len(merged) > 2:
+        return None
+    run = merged[0][1]
+    if len(merged) == 1:
+        return run, run, 1
+    stride, rows = merged[1]
+    return (run, stride, rows) if stride >= run else None
+
+
+def _kernel_input(t: torch.Tensor, dtype) -> tuple:
+    """(values, run, stride) for the kernel: t's own memory where its layout allows (a contiguous tensor,
+    a permuted one, rows of a slice), else a copy into a staging buffer that is reused, so large copies do
+    not fault in fresh memory on every call. run == 0: `values` is read whole."""
+    n = t.numel()
+    if t.dtype is dtype:
+        if t.is_contiguous():
+            return t.reshape(-1), 0, 0
+        layout = _rows(t)
+        if layout is not None:
+            run, stride, rows = layout
+            if rows == 1:
+                return t.as_strided((n,), (1,)), 0, 0
+            return t.as_strided(((rows - 1) * stride + run,), (1,)), run, stride
+    if n > _STAGING_MAX:
+        return t.to(dtype).reshape(-1), 0, 0  # reshape copies what is not contiguous
+    buffer = _staging.get(dtype)
+    if buffer is None or buffer.numel() < n:
+        buffer = _staging[dtype] = torch.empty(max(n, 4096), dtype=dtype)
+    flat = buffer[:n]
+    flat.view(t.shape).copy_(t)
+    return flat, 0, 0
 
 
 def _one_pass_stats(t: torch.Tensor, kind: str):
-    """The C kernel over a zero-copy numpy view (bf16: its raw 2-byte items; fp16: a float32 copy), or None
-    when the values are not all finite."""
-    if kind == "bfloat16":
-        return one_pass(t.detach().view(torch.int16).numpy().ravel(), kind)
-    if kind == "float16":
-        return one_pass(t.detach().float().numpy().ravel(), "float32")
-    return one_pass(t.numpy(force=True).ravel(), kind)
+    """The C kernel over the tensor's values, read in place where their layout allows (see `_kernel_input`),
+    or None when the values are not all finite."""
+    read_as, dtype = _READ_AS[t.dtype]
+    values, run, stride = _kernel_input(t.detach(), dtype)
+    if read_as is not None:
+        values = values.view(read_as)
+    return one_pass(values.numpy(), "float32" if kind == "float16" else kind, run, stride)
 
 
 def _cpu_stats(t: torch.Tensor) -> tuple:
