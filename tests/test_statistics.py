@@ -275,3 +275,18 @@ def test_layouts_beyond_the_staging_buffer_are_copied_whole(monkeypatch):
         got = tensor_stats(x)
         for g_, w in zip(got, expected_stats(x)):
             assert math.isclose(g_, w, rel_tol=1e-5, abs_tol=1e-6)
+
+
+def test_a_missing_kernel_is_said_once_and_the_numbers_stay(tmp_path, monkeypatch, capsys):
+    import msprobe_lite.core.debugger as core_debugger
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    monkeypatch.setattr(core_statistics, "one_pass", None)
+    monkeypatch.setattr(torch_summary, "one_pass", None)
+    monkeypatch.setattr(core_debugger, "_kernel_warned", False)
+    for _ in range(2):
+        PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level="L1")
+    assert capsys.readouterr().err.count("one-pass statistics kernel") == 1
+    t = torch.randn(100, generator=torch.Generator().manual_seed(1))
+    for g_, w in zip(tensor_stats(t), expected_stats(t)):
+        assert math.isclose(g_, w, rel_tol=1e-6)

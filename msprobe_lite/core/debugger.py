@@ -7,6 +7,7 @@ it uses. Construction validates the config and creates nothing on disk.
 from __future__ import annotations
 
 from ..config import load_config
+from . import statistics
 from .calls import CallRecorder
 from .debug_save import DebugSaver
 from .module_calls import ModuleHooks
@@ -14,6 +15,17 @@ from .safety import guarded, log
 from .session import Session
 
 MODULE_LEVELS = ("L0", "mix")
+_kernel_warned = False
+
+
+def _warn_once_without_kernel() -> None:
+    """pip says nothing when the optional C kernel fails to build (no compiler): the user hears it here."""
+    global _kernel_warned
+    if statistics.one_pass is None and not _kernel_warned:
+        _kernel_warned = True
+        log.warning("the one-pass statistics kernel (msprobe_lite/core/_fast_stats.c) was not built when the "
+                    "package was installed (no C compiler?): statistics come from numpy and torch, the same "
+                    "numbers several times slower. Reinstall with a C compiler to build it.")
 API_LEVELS = ("L1", "mix")
 
 
@@ -40,6 +52,7 @@ class Debugger:
         self.saver = DebugSaver(self.session, self.summarizer, self.recorder)
         self._warned_save = False
         log.info("dumping task=%s level=%s to %s", self.config.task, self.config.level, self.config.dump_path)
+        _warn_once_without_kernel()
 
     # -- what an adapter provides ---------------------------------------------------------------------------
     @staticmethod
