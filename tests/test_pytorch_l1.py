@@ -166,6 +166,39 @@ def test_l1_construct_is_empty_and_stacks_point_at_user_lines(tmp_path):
     assert "in program, \n torch.exp(x)" in frames[0]
 
 
+def test_calls_on_one_line_share_one_stack_and_each_line_has_its_own(tmp_path):
+    x = torch.randn(3)
+
+    def program():
+        for _ in range(2):
+            torch.exp(x) + torch.tanh(x)  # two calls (and an operator) at different offsets of one line
+        torch.exp(x)
+
+    _, folder = dump_of(tmp_path, program)
+    entries = sorted(load(folder, name="stack.json").values(), key=lambda e: len(e[0]))
+    (last_names, last_frames), (line_names, line_frames) = entries
+    assert last_names == ["Torch.exp.2.forward"] and "\n torch.exp(x)" in last_frames[0]
+    assert line_names == ["Torch.exp.0.forward", "Torch.tanh.0.forward", "Tensor.add.0.forward",
+                          "Torch.exp.1.forward", "Torch.tanh.1.forward", "Tensor.add.1.forward"]
+    assert "torch.exp(x) + torch.tanh(x)" in line_frames[0]
+
+
+def test_gradients_reach_calls_whose_inputs_need_none(tmp_path):
+    x = torch.randn(4)
+
+    def program():
+        w = torch.zeros_like(x, requires_grad=True)  # its input gets no gradient, its output does
+        (w * x).sum().backward()
+        with torch.no_grad():
+            torch.exp(x)                         # nothing can get a gradient: no backward record
+
+    dump, _ = dump_of(tmp_path, program)
+    backward = dump["Torch.zeros_like.0.backward"]
+    assert_stats(backward["input"][0], x)                # d(sum(w * x))/dw = x
+    assert backward["output"] == [None]                  # x, the input, receives none
+    assert "Torch.exp.0.forward" in dump and "Torch.exp.0.backward" not in dump
+
+
 @pytest.mark.parametrize("cfg,expected", [
     ({"statistics": {"list": ["relu"]}}, ["Torch.relu.0.forward", "Torch.relu.0.backward"]),
     ({"statistics": {"scope": ["Torch.exp.0.forward", "Torch.relu.0.forward"]}},
