@@ -107,6 +107,8 @@ def _one_pass_stats(t: torch.Tensor, kind: str):
     """The C kernel over the tensor's values, read in place where their layout allows (see `_kernel_input`),
     or None when the values are not all finite."""
     read_as, dtype = _READ_AS[t.dtype]
+    if read_as is None and t.dtype is dtype and t.is_contiguous():  # the usual case: one call gives the view
+        return one_pass(t.numpy(force=True).ravel(), kind)
     values, run, stride = _kernel_input(t.detach(), dtype)
     if read_as is not None:
         values = values.view(read_as)
