@@ -1,8 +1,9 @@
 """Tensor summaries for PyTorch: statistics computed once per tensor value, without waiting for the device.
 
-Caching per (identity, `_version`) and tensor files come from `core.summary`. On CPU the four statistics
-come back in one `tolist()`; on an accelerator they stay a small device tensor (`PendingStats`) until the
-step is written, then all of them are fetched in one batch.
+Caching per (identity, `_version`) and tensor files come from `core.summary`. On CPU, float tensors go
+through the one-pass kernel of `core.statistics` over their own memory (contiguous, permuted or sliced),
+other dtypes and non-finite values through numpy and torch; on an accelerator the four statistics stay a
+small device tensor (`PendingStats`) until the step is written, then all of them are fetched in one batch.
 """
 from __future__ import annotations
 
@@ -49,12 +50,11 @@ _ONES = np.ones(_NUMPY_MAX, dtype=np.float32)  # multithreaded kernels win. sum 
 _max, _min = np.maximum.reduce, np.minimum.reduce
 
 
-# dtype -> how the one-pass kernel reads it: float16 has no kernel lane of its own and goes through float32
-_ONE_PASS = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
-             torch.float16: "float16"}
-# what the kernel reads each dtype as (bf16: its raw 2-byte items) and in which dtype a staged copy is made
-_READ_AS = {torch.float32: (None, torch.float32), torch.float64: (None, torch.float64),
-            torch.bfloat16: (torch.int16, torch.bfloat16), torch.float16: (None, torch.float32)}
+# dtype -> (the kernel's kind, the dtype its items are viewed as (bf16: raw 2-byte items), the dtype a staged
+# copy is made in). float16 has no kernel lane of its own: it is staged as float32.
+_ONE_PASS = {torch.float32: ("float32", None, torch.float32), torch.float64: ("float64", None, torch.float64),
+             torch.bfloat16: ("bfloat16", torch.int16, torch.bfloat16),
+             torch.float16: ("float32", None, torch.float32)}
 _STAGING_MAX = 1 << 22   # elements: a staged copy up to 16 MB of float32 reuses one buffer per dtype
 _staging: dict = {}      # dtype -> 1-D CPU tensor (the collecting thread's: other threads are not recorded)
 
@@ -103,16 +103,15 @@ def _kernel_input(t: torch.Tensor, dtype) -> tuple:
     return flat, 0, 0
 
 
-def _one_pass_stats(t: torch.Tensor, kind: str):
+def _one_pass_stats(t: torch.Tensor, kind: str, read_as, dtype):
     """The C kernel over the tensor's values, read in place where their layout allows (see `_kernel_input`),
     or None when the values are not all finite."""
-    read_as, dtype = _READ_AS[t.dtype]
     if read_as is None and t.dtype is dtype and t.is_contiguous():  # the usual case: one call gives the view
         return one_pass(t.numpy(force=True).ravel(), kind)
     values, run, stride = _kernel_input(t.detach(), dtype)
     if read_as is not None:
         values = values.view(read_as)
-    return one_pass(values.numpy(), "float32" if kind == "float16" else kind, run, stride)
+    return one_pass(values.numpy(), kind, run, stride)
 
 
 def _cpu_stats(t: torch.Tensor) -> tuple:
@@ -126,9 +125,9 @@ def _cpu_stats(t: torch.Tensor) -> tuple:
     """
     dtype = t.dtype
     if one_pass is not None:
-        kind = _ONE_PASS.get(dtype)
-        if kind is not None:
-            stats = _one_pass_stats(t, kind)
+        how = _ONE_PASS.get(dtype)
+        if how is not None:
+            stats = _one_pass_stats(t, *how)
             if stats is not None:
                 return stats
     if dtype in _NUMPY_FLOATS:
