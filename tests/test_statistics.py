@@ -290,3 +290,72 @@ def test_a_missing_kernel_is_said_once_and_the_numbers_stay(tmp_path, monkeypatc
     t = torch.randn(100, generator=torch.Generator().manual_seed(1))
     for g_, w in zip(tensor_stats(t), expected_stats(t)):
         assert math.isclose(g_, w, rel_tol=1e-6)
+
+
+# -- found in review: staging shared by threads, inference mode, byte order, masks, lazy negation, extremes --
+
+def test_staged_statistics_on_two_threads_at_once_are_each_their_own():
+    import threading
+
+    # float16 and gapped layouts are staged: both threads stage at once and each must see its own values
+    ones = torch.ones(64, 64, 70, dtype=torch.float16)[:, :60, :60]
+    twos = torch.full((64, 64, 70), 2.0, dtype=torch.float16)[:, :60, :60]
+    wrong = []
+
+    def work(t, value):
+        for _ in range(40):
+            got = tensor_stats(t)
+            if got[:3] != (value, value, value):
+                wrong.append((value, got))
+    threads = [threading.Thread(target=work, args=(t, float(t[0, 0, 0]))) for t in (ones, twos)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not wrong
+
+
+def test_a_staging_buffer_first_made_in_inference_mode_serves_training_later(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(torch_summary, "_staging", threading.local())  # no buffer yet
+    sliced = torch.ones(8, 8)[:, ::2].half()
+    with torch.inference_mode():
+        assert tensor_stats(torch.ones(8, 8, dtype=torch.float16))[0] == 1.0
+    assert tensor_stats(torch.full((8, 8), 3.0, dtype=torch.float16))[:3] == (3.0, 3.0, 3.0)
+    assert tensor_stats(sliced)[:3] == (1.0, 1.0, 1.0)
+
+
+def test_numpy_byte_order_and_masks_on_both_routes(route):
+    got = core_statistics.numpy_stats(np.arange(1, 6, dtype=">f4"))
+    assert got[:3] == (5.0, 1.0, 3.0) and math.isclose(got[3], math.sqrt(55), rel_tol=1e-6)
+    masked = np.ma.array([1.0, 2.0, 1e6], mask=[0, 0, 1], dtype=np.float32)
+    got = core_statistics.numpy_stats(masked)
+    assert got[:3] == (2.0, 1.0, 1.5) and math.isclose(got[3], math.sqrt(5), rel_tol=1e-6)
+
+
+def test_a_lazily_negated_view_on_both_routes(route):
+    t = torch._neg_view(torch.arange(6.0).view(2, 3)).t()   # non-contiguous, negative bit set
+    got = tensor_stats(t)
+    assert got[:3] == (0.0, -5.0, -2.5) and math.isclose(got[3], math.sqrt(55))
+
+
+@pytest.mark.parametrize("value", [1e-20, 1e-30, 3e19, 1e-200, 1e200])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_norms_of_tiny_and_huge_values_on_both_routes(route, value, dtype):
+    for n in (1, 16, 70_000):  # 0-d-like, one lane row, past the library's numpy/torch switch
+        t = torch.full((n,), value, dtype=torch.float64).to(dtype)
+        v = float(t[0])
+        if v == 0.0 or math.isinf(v):
+            continue  # not representable in this dtype
+        mx, mn, mean, norm = tensor_stats(t)
+        assert (mx, mn) == (v, v)
+        assert math.isclose(mean, v, rel_tol=2e-5 if dtype is not torch.float64 else 1e-12)  # float32 sums
+        assert math.isclose(norm, abs(v) * math.sqrt(n), rel_tol=1e-6), (n, norm)
+    zero_d = torch.tensor(value, dtype=torch.float64)
+    assert tensor_stats(zero_d) == (value, value, value, value)
+
+
+def test_the_kernel_refuses_a_stride_without_a_run():
+    with pytest.raises(ValueError, match="rows of 0 values"):
+        core_statistics.one_pass(np.zeros(10, np.float32), "float32", 0, 5)

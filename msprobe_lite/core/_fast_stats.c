@@ -125,11 +125,31 @@ static inline float bf16_to_float(uint16_t bits) {
         out->squares = st.squares;                                                                    \
     }
 
+/* The sum of squares again, each value divided by the largest magnitude first: for finite values whose
+   squares overflowed a lane or underflowed (float32 gradients around 1e-20, float64 beyond 1e154 or below
+   1e-154). Rare, so plain double arithmetic. */
+#define SCALED(NAME, ELEM, LOAD)                                                                      \
+    static double NAME(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride,         \
+                       double scale) {                                                                \
+        double squares = 0.0;                                                                         \
+        for (Py_ssize_t r = 0; r < rows; r++) {                                                       \
+            const ELEM *x = (const ELEM *)base + r * stride;                                          \
+            for (Py_ssize_t i = 0; i < run; i++) {                                                    \
+                double a = (double)LOAD(x, i) / scale;                                                \
+                squares += a * a;                                                                     \
+            }                                                                                         \
+        }                                                                                             \
+        return squares;                                                                               \
+    }
+
 #define LOAD_PLAIN(p, k) (p)[k]
 #define LOAD_BF16(p, k) bf16_to_float((p)[k])
 KERNEL(stats_f32, float, float, LOAD_PLAIN)
 KERNEL(stats_f64, double, double, LOAD_PLAIN)
 KERNEL(stats_bf16, uint16_t, float, LOAD_BF16)
+SCALED(scaled_f32, float, LOAD_PLAIN)
+SCALED(scaled_f64, double, LOAD_PLAIN)
+SCALED(scaled_bf16, uint16_t, LOAD_BF16)
 
 static const char *KINDS[] = {"float32", "float64", "bfloat16"};
 static const Py_ssize_t ITEM_SIZES[] = {4, 8, 2};
@@ -154,9 +174,9 @@ static PyObject *stats(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t rows = 1;
-    if (run == 0) {
+    if (run == 0 && stride == 0) {
         run = stride = items;
-    } else if (run < 0 || stride < run || (items - run) % stride != 0) {
+    } else if (run <= 0 || stride < run || (items - run) % stride != 0) {
         PyBuffer_Release(&view);
         PyErr_Format(PyExc_ValueError,
                      "stats(): rows of %zd values every %zd values do not end where a buffer of %zd values "
@@ -175,12 +195,26 @@ static PyObject *stats(PyObject *self, PyObject *args) {
         stats_f64((const char *)view.buf, rows, run, stride, &r);
     else
         stats_bf16((const char *)view.buf, rows, run, stride, &r);
+    double norm = sqrt(r.squares);
+    int finite = isfinite(r.sum) && isfinite(r.max) && isfinite(r.min); /* no NaN, no infinity */
+    double largest = fmax(fabs(r.max), fabs(r.min));
+    /* Squares that overflowed are not finite; below largest^2 they underflowed; below TINY they may be
+       subnormal in their lane (float32: 1e-38, double: 1e-308) and have lost digits. */
+    double tiny = kind == 1 ? 1e-150 : 1e-17;
+    if (finite && largest > 0 && (!isfinite(r.squares) || r.squares < largest * largest * (1 - 1e-6) ||
+                                  largest < tiny)) {
+        const char *base = (const char *)view.buf;
+        double scaled = kind == 0   ? scaled_f32(base, rows, run, stride, largest)
+                        : kind == 1 ? scaled_f64(base, rows, run, stride, largest)
+                                    : scaled_bf16(base, rows, run, stride, largest);
+        norm = largest * sqrt(scaled);
+    }
     if (release)
         PyEval_RestoreThread(state);
     PyBuffer_Release(&view);
-    if (!isfinite(r.sum) || !isfinite(r.squares))
-        Py_RETURN_NONE; /* NaN, an infinity, or a float32 lane overflowed: the exact route decides */
-    return Py_BuildValue("(dddd)", r.max, r.min, r.sum / (double)(rows * run), sqrt(r.squares));
+    if (!finite)
+        Py_RETURN_NONE; /* NaN, an infinity, or a float32 lane sum overflowed: the exact route decides */
+    return Py_BuildValue("(dddd)", r.max, r.min, r.sum / (double)(rows * run), norm);
 }
 
 static PyMethodDef METHODS[] = {

@@ -12,6 +12,10 @@ below then decide, so the spec's rules for those live in one place.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from .records import NO_STATS
 
 try:
@@ -25,17 +29,36 @@ ONE_PASS_KINDS = {"float32": "float32", "float64": "float64", "bfloat16": "bfloa
 
 def one_pass_numpy(array):
     """(Max, Min, Mean, Norm) of a non-empty float32/float64/bfloat16 numpy array in one pass, or None when
-    the kernel is not built, the dtype is another, or the values are not all finite."""
+    the kernel is not built, the dtype is another, or the values are not all finite. The kernel reads raw
+    native items: other byte orders are numpy's."""
     kind = ONE_PASS_KINDS.get(array.dtype.name) if one_pass is not None else None
-    if kind is None:
+    if kind is None or not array.dtype.isnative:
         return None
     flat = array.ravel()  # a view when contiguous, else a contiguous copy (reshape could keep strides)
     return one_pass(flat.view("uint16") if kind == "bfloat16" else flat, kind)
 
 
-def numpy_stats(array) -> tuple:
-    import numpy as np
+# Where summing squares in float32 (or float64) keeps every digit: beyond, the squares overflow or go
+# subnormal. The kernel applies the same bounds in C.
+FLOAT32_SQUARES = (1e-17, 1e18)
+FLOAT64_SQUARES = (1e-150, 1e150)
 
+
+def scaled_norm(values, largest: float) -> float:
+    """L2 norm of finite numpy values whose largest magnitude is `largest` (> 0), each divided by it first,
+    in float64: exact where plain squares overflow (float64 past 1e154) or underflow (float32 gradients
+    around 1e-20)."""
+    scaled = values.astype(np.float64) / largest
+    return largest * math.sqrt(float(np.dot(scaled, scaled)))
+
+
+def norm_in_range(largest: float, bounds: tuple) -> bool:
+    return largest == 0.0 or bounds[0] <= largest <= bounds[1]
+
+
+def numpy_stats(array) -> tuple:
+    if isinstance(array, np.ma.MaskedArray):  # masked values are not values
+        array = array.compressed()
     if array.size == 0:
         return NO_STATS
     fast = one_pass_numpy(array)
@@ -52,6 +75,11 @@ def numpy_stats(array) -> tuple:
         return int(array.max()), int(array.min()), float(wide.mean()), float(np.linalg.norm(wide.ravel()))
     if not np.issubdtype(array.dtype, np.number):
         return NO_STATS
-    acc = array.astype(np.float64 if array.dtype == np.float64 else np.float32, copy=False)
-    return (float(acc.max()), float(acc.min()), float(acc.mean(dtype=acc.dtype)),
-            float(np.linalg.norm(acc.ravel())))
+    acc = array.astype(np.float64 if array.dtype == np.float64 else np.float32, copy=False).ravel()
+    high, low = float(acc.max()), float(acc.min())
+    largest = max(abs(high), abs(low))
+    norm = float(np.linalg.norm(acc))
+    if math.isfinite(largest) and not norm_in_range(
+            largest, FLOAT64_SQUARES if acc.dtype == np.float64 else FLOAT32_SQUARES):
+        norm = scaled_norm(acc, largest)
+    return high, low, float(acc.mean(dtype=acc.dtype)), norm

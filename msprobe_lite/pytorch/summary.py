@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import io
 import math
+import threading
 
 import numpy as np
 import torch
 from zlib_ng import zlib_ng
 
 from ..core.records import NO_STATS, PendingStats, TensorSummary
-from ..core.statistics import one_pass
+from ..core.statistics import FLOAT32_SQUARES, FLOAT64_SQUARES, norm_in_range, one_pass, scaled_norm
 from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
 from ..core.values import ValueEncoder
@@ -41,7 +42,6 @@ def save_tensor(t: torch.Tensor, path: str) -> None:
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 _NUMPY_FLOATS = {torch.float32, torch.float64}
 _NUMPY_INTEGERS = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
-_NORM_SAFE = 1e18  # beyond this magnitude a float32 sum of squares could overflow: use float64 instead
 
 
 _NUMPY_MAX = 1 << 16        # up to here numpy's reductions beat torch's per-op dispatch; above, torch's
@@ -56,7 +56,9 @@ _ONE_PASS = {torch.float32: ("float32", None, torch.float32), torch.float64: ("f
              torch.bfloat16: ("bfloat16", torch.int16, torch.bfloat16),
              torch.float16: ("float32", None, torch.float32)}
 _STAGING_MAX = 1 << 22   # elements: a staged copy up to 16 MB of float32 reuses one buffer per dtype
-_staging: dict = {}      # dtype -> 1-D CPU tensor (the collecting thread's: other threads are not recorded)
+# dtype -> 1-D CPU tensor, per thread: the copy and the kernel release the GIL, and summaries are also made
+# on other threads (an async collective completes on the backend's, autograd may call hooks on its own)
+_staging = threading.local()
 
 
 def _rows(t: torch.Tensor):
@@ -95,9 +97,13 @@ def _kernel_input(t: torch.Tensor, dtype) -> tuple:
             return t.as_strided(((rows - 1) * stride + run,), (1,)), run, stride
     if n > _STAGING_MAX:
         return t.to(dtype).reshape(-1), 0, 0  # reshape copies what is not contiguous
-    buffer = _staging.get(dtype)
+    buffers = getattr(_staging, "buffers", None)
+    if buffers is None:
+        buffers = _staging.buffers = {}
+    buffer = buffers.get(dtype)
     if buffer is None or buffer.numel() < n:
-        buffer = _staging[dtype] = torch.empty(max(n, 4096), dtype=dtype)
+        with torch.inference_mode(False):  # made in an inference-mode pass, it would refuse later copies
+            buffer = buffers[dtype] = torch.empty(max(n, 4096), dtype=dtype)
     flat = buffer[:n]
     flat.view(t.shape).copy_(t)
     return flat, 0, 0
@@ -108,7 +114,10 @@ def _one_pass_stats(t: torch.Tensor, kind: str, read_as, dtype):
     or None when the values are not all finite."""
     if read_as is None and t.dtype is dtype and t.is_contiguous():  # the usual case: one call gives the view
         return one_pass(t.numpy(force=True).ravel(), kind)
-    values, run, stride = _kernel_input(t.detach(), dtype)
+    t = t.detach()
+    if t.is_neg():  # a lazy negation: the values, not their bits, before any view
+        t = t.resolve_neg()
+    values, run, stride = _kernel_input(t, dtype)
     if read_as is not None:
         values = values.view(read_as)
     return one_pass(values.numpy(), kind, run, stride)
@@ -160,13 +169,15 @@ def _float_stats(a: np.ndarray, is_float64: bool) -> tuple:
     """float32 or float64 values: Mean and Norm in float32 unless the values are float64 or so large that
     float32 squares could overflow."""
     high, low = float(_max(a)), float(_min(a))
-    if not is_float64 and -_NORM_SAFE <= low and high <= _NORM_SAFE:  # the usual case; false for NaN and Inf
+    largest = max(abs(high), abs(low))
+    if not is_float64 and norm_in_range(largest, FLOAT32_SQUARES):  # the usual case; false for NaN and Inf
         return high, low, float(np.dot(a, _ONES[:a.size])) / a.size, math.sqrt(float(np.dot(a, a)))
-    if not (math.isfinite(high) and math.isfinite(low)):
+    if not math.isfinite(largest):
         with np.errstate(all="ignore"):  # NaN/Inf are data here, not a numpy warning for the user
             return high, low, float(a.mean(dtype=a.dtype)), math.sqrt(float(np.dot(a, a)))
     a = a.astype(np.float64, copy=False)
-    return high, low, float(a.mean()), math.sqrt(float(np.dot(a, a)))
+    norm = math.sqrt(float(np.dot(a, a))) if norm_in_range(largest, FLOAT64_SQUARES) else scaled_norm(a, largest)
+    return high, low, float(a.mean()), norm
 
 
 def _large_float_stats(t: torch.Tensor) -> tuple:
@@ -175,9 +186,10 @@ def _large_float_stats(t: torch.Tensor) -> tuple:
     flat = (t.float() if t.dtype in _LOW_PRECISION or t.element_size() < 2 else t).reshape(-1)
     low, high = torch.aminmax(flat)
     high, low, total, squares = torch.stack((high, low, flat.sum(), torch.dot(flat, flat))).tolist()
-    if math.isinf(squares) and math.isfinite(high) and math.isfinite(low):
-        wide = flat.double()
-        squares = torch.dot(wide, wide).item()
+    largest = max(abs(high), abs(low))
+    bounds = FLOAT64_SQUARES if flat.dtype is torch.float64 else FLOAT32_SQUARES
+    if math.isfinite(largest) and not norm_in_range(largest, bounds):
+        return high, low, total / flat.numel(), scaled_norm(flat.numpy(), largest)
     return high, low, total / flat.numel(), math.sqrt(squares) if squares >= 0 else squares
 
 
