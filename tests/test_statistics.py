@@ -263,7 +263,7 @@ def test_the_kernel_reads_rows_and_refuses_rows_that_do_not_fit():
     rows = np.concatenate([values[0:4], values[10:14], values[20:24]]).astype(np.float64)
     mx, mn, mean, norm = one_pass(values[:24], "float32", 4, 10)
     assert (mx, mn, mean) == (23.0, 0.0, rows.mean()) and math.isclose(norm, math.sqrt((rows ** 2).sum()))
-    for run, stride in ((4, 3), (4, 11), (-1, 10)):
+    for run, stride in ((4, 3), (4, 11), (-1, 10), (34, 10)):  # (34, 10): longer than the buffer
         with pytest.raises(ValueError, match="rows of"):
             one_pass(values[:24], "float32", run, stride)
 

@@ -10,9 +10,11 @@ block's lane sums are added in double. That is the spec's "low-precision floats 
 the error of a 4096-value float32 sum, not of the whole tensor's (numpy's float32 dot product, the fallback,
 accumulates the whole tensor in float32). float64 accumulates in double.
 
-Non-finite data (NaN, infinities) and values whose squares overflow a float32 lane are not handled here: the
-result is None and the caller takes the exact library route, which knows the spec's rules for them. The
-comparisons below ignore NaN, so a NaN would not show in Max/Min; it always shows in the sums.
+Non-finite data (NaN, infinities, or a float32 lane sum that overflowed) is not handled here: the result is
+None and the caller takes the exact library route, which knows the spec's rules for them. The comparisons
+below ignore NaN, so a NaN would not show in Max/Min; it always shows in the sums. Squares that overflow or
+underflow their lane (finite values beyond about 1e18 or below 1e-17 in float32) are summed again from the
+values divided by the largest magnitude, so Norm stays exact.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,8 +26,8 @@ comparisons below ignore NaN, so a NaN would not show in Max/Min; it always show
 #define BLOCK 4096
 #define RELEASE_GIL_FROM (1 << 16) /* bytes: below this, releasing the GIL costs more than the loop */
 
-/* One build, the best instructions of the machine it runs on: GCC/Clang on x86-64 Linux compile each marked
-   function for AVX2 and for the baseline and pick one when the module loads. Elsewhere (aarch64: NEON is
+/* One build, the best instructions of the machine it runs on: GCC on x86-64 Linux compiles each marked
+   function for AVX2 and for the baseline and picks one when the module loads. Elsewhere (aarch64: NEON is
    the baseline) the plain build is already vectorised. */
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
 #define CLONES __attribute__((target_clones("avx2", "default")))
@@ -176,7 +178,7 @@ static PyObject *stats(PyObject *self, PyObject *args) {
     Py_ssize_t rows = 1;
     if (run == 0 && stride == 0) {
         run = stride = items;
-    } else if (run <= 0 || stride < run || (items - run) % stride != 0) {
+    } else if (run <= 0 || run > items || stride < run || (items - run) % stride != 0) {
         PyBuffer_Release(&view);
         PyErr_Format(PyExc_ValueError,
                      "stats(): rows of %zd values every %zd values do not end where a buffer of %zd values "
@@ -198,8 +200,8 @@ static PyObject *stats(PyObject *self, PyObject *args) {
     double norm = sqrt(r.squares);
     int finite = isfinite(r.sum) && isfinite(r.max) && isfinite(r.min); /* no NaN, no infinity */
     double largest = fmax(fabs(r.max), fabs(r.min));
-    /* Squares that overflowed are not finite; below largest^2 they underflowed; below TINY they may be
-       subnormal in their lane (float32: 1e-38, double: 1e-308) and have lost digits. */
+    /* Squares that overflowed are not finite; below largest^2 they underflowed; with largest below `tiny`
+       they may be subnormal in their lane (float32: 1e-38, double: 1e-308) and have lost digits. */
     double tiny = kind == 1 ? 1e-150 : 1e-17;
     if (finite && largest > 0 && (!isfinite(r.squares) || r.squares < largest * largest * (1 - 1e-6) ||
                                   largest < tiny)) {
