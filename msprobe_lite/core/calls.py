@@ -123,7 +123,7 @@ class CallRecorder:
                     data["parameters"] = {p: self.summarizer.summarize(t, save_as=save_as, path=("parameters", p))
                                           for p, t in params}
             if self._extra:
-                session.construct[name] = parent
+                session.set_parent(name, parent)
                 stacks = session.stacks
                 stacks.add(name, stacks.capture())
         framework = self.framework
@@ -150,8 +150,7 @@ class CallRecorder:
                 shown = output if recorded_output is None else recorded_output
                 record.data["output"] = self.summarizer.encode_output(shown, call.save_as)
             if not session.numbers or record.data:
-                session.records[record.name] = record  # session.add, inline: this runs for every call
-                session.dirty = True
+                session.add(record)
         if call.bwd_name is not None:
             framework = self.framework
             outputs = tensors_in(output, framework.is_tensor)

@@ -15,6 +15,7 @@ from .safety import guarded, log
 from .session import Session
 
 MODULE_LEVELS = ("L0", "mix")
+API_LEVELS = ("L1", "mix")
 _kernel_warned = False
 
 
@@ -26,7 +27,6 @@ def _warn_once_without_kernel() -> None:
         log.warning("the one-pass statistics kernel (msprobe_lite/core/_fast_stats.c) was not built when the "
                     "package was installed (no C compiler?): statistics come from numpy and torch, the same "
                     "numbers several times slower. Reinstall with a C compiler to build it.")
-API_LEVELS = ("L1", "mix")
 
 
 class Debugger:

@@ -7,8 +7,8 @@ Norm in float64; low-precision floats accumulate in float32; NaN and infinities 
 Floating-point values of every common dtype go through `one_pass` first: a C kernel (`_fast_stats.c`) that
 computes the four statistics in a single pass, several times faster than a numpy or torch call per statistic.
 It is built when the package is installed with a C compiler; without one, `one_pass` is None and the same
-rules run on numpy and torch. It answers None for NaN, infinities and float32 overflow: the library routes
-below then decide, so the spec's rules for those live in one place.
+rules run on numpy and torch. It answers None for NaN, infinities and float32 sums that overflow: the library
+routes below then decide, so the spec's rules for those live in one place.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def one_pass_numpy(array):
 
 
 # Where summing squares in float32 (or float64) keeps every digit: beyond, the squares overflow or go
-# subnormal. The kernel applies the same bounds in C.
+# subnormal. The kernel uses the same lower bounds in C and sees an overflow itself (its squares are Inf).
 FLOAT32_SQUARES = (1e-17, 1e18)
 FLOAT64_SQUARES = (1e-150, 1e150)
 

@@ -90,10 +90,8 @@ def _kernel_input(t: torch.Tensor, dtype) -> tuple:
         if t.is_contiguous():
             return t.reshape(-1), 0, 0
         layout = _rows(t)
-        if layout is not None:
+        if layout is not None:  # the memory from the first value to the last; the kernel reads the rows
             run, stride, rows = layout
-            if rows == 1:
-                return t.as_strided((n,), (1,)), 0, 0
             return t.as_strided(((rows - 1) * stride + run,), (1,)), run, stride
     if n > _STAGING_MAX:
         return t.to(dtype).reshape(-1), 0, 0  # reshape copies what is not contiguous
