@@ -483,10 +483,29 @@ def test_a_long_step_costs_its_compact_records_and_one_write(tmp_path, monkeypat
     assert len(writes) == 3 and len(data(tmp_path, 1)) == n
 
 
-def test_record_text_is_what_json_writes():
+@pytest.fixture(params=["C", "Python"])
+def record_lines(request):
+    """dump.json's record lines on both routes: the C formatter, and Python where it is not built."""
+    from msprobe_lite.core import writer
+    if request.param == "C":
+        assert writer._record_lines_c is not None  # the test set-up builds it (pip install -e .)
+        return writer.record_lines
+    return lambda records: writer.record_lines_python(records, {})
+
+
+def test_record_text_is_what_json_writes(record_lines):
     """The writer formats records itself (faster); the text must stay byte for byte json.dumps's."""
-    from msprobe_lite.core.records import SavedTensor, TensorSummary, json_default
-    from msprobe_lite.core.writer import value_json
+    import enum
+
+    import numpy as np
+
+    from msprobe_lite.core.records import Record, SavedTensor, TensorSummary, json_default
+
+    class Key(str):
+        pass
+
+    class Level(enum.IntEnum):
+        HIGH = 2
 
     nan, inf = float("nan"), float("inf")
     shared = TensorSummary("torch.Tensor", "torch.float32", [4, 16], (2.5, -1e-300, 0.1 + 0.2, 12.25), True)
@@ -496,11 +515,36 @@ def test_record_text_is_what_json_writes():
          TensorSummary("torch.Tensor", "torch.int64", [], (2 ** 70, -3, 1.5, 7.0), None, md5="0a1b2c3d"),
          TensorSummary("mindspore.Tensor", "Float32", [1], (nan, -inf, inf, 2), None),
          TensorSummary("tensor", None, None), TensorSummary("t", "é\u2028", [True], None),
-         SavedTensor(shared, "Torch.add.0.forward.input.0.pt")],
-        {1: shared, None: [1.0, -0.0, 5e-324, "x\n\"", True]}, ("a", 2.5), {"k": (shared, [])}, [], {},
+         TensorSummary("t", "f", torch.Size([3, 2 ** 70]), (np.float64(1.5), 1.0, 1.0, 1.0), None),
+         TensorSummary("t\x7f\x01", "f", (), (1e16, 1e-5, -0.0, 123456789.125), None, md5="\u00e9"),
+         TensorSummary("t", "f", [2], [1.0, 2.0, 3.0, 4.0], 1),
+         SavedTensor(shared, "Torch.add.0.forward.input.0.pt"), SavedTensor(shared, "\u00e9\t.pt"),
+         SavedTensor(TensorSummary("t", "f", [1], None, None), None)],
+        {1: shared, None: [1.0, -0.0, 5e-324, "x\n\"\\\x1f\x7f", True]}, ("a", 2.5), {"k": (shared, [])}, [], {},
+        {Key("sub"): [np.float64(0.5), Level.HIGH, 2 ** 80, -2 ** 63, 2 ** 63 - 1, "\U0001f600"]},
+        {"deep": [[[[{"x": [shared]}]]]]}, 3, "text", None, True,
     ]
-    for value in values:
-        assert value_json(value, {}) == json.dumps(value, default=json_default)
+    records = [Record(f"Torch.add.{i}.forward", v) for i, v in enumerate(values)]
+    for record in records:
+        expected = f"{json.dumps(record.name)}: {json.dumps(record.data, default=json_default)}"
+        assert record_lines([record]).decode() == expected
+    assert record_lines(records) == ",\n".join(
+        f"{json.dumps(r.name)}: {json.dumps(r.data, default=json_default)}" for r in records).encode()
+    assert record_lines([]) == b""
+
+
+def test_record_text_that_json_refuses_is_refused(record_lines):
+    """A value json cannot write fails the write the same way on both routes (and the step stays dirty)."""
+    from msprobe_lite.core.records import Record
+
+    with pytest.raises(TypeError):
+        record_lines([Record("odd", {"x": object()})])
+    with pytest.raises(TypeError):
+        record_lines([Record(3, {})])
+    looped: list = []
+    looped.append(looped)
+    with pytest.raises((ValueError, RecursionError)):
+        record_lines([Record("loop", {"x": looped})])
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 7])

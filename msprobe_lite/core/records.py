@@ -60,7 +60,7 @@ class TensorSummary:
             a, b, c, d = stats
             if type(a) is float and type(b) is float and type(c) is float and type(d) is float \
                     and (a - a) + (b - b) + (c - c) + (d - d) == 0.0:  # all finite: float.__repr__, as json
-                text += _FINITE_STATS % stats
+                text += _FINITE_STATS % (a, b, c, d)
             else:
                 text += "".join([f', "{key}": {json_scalar(v)}' for key, v in zip(STAT_KEYS, stats)])
         if self.requires_grad is not None:
