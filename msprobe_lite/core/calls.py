@@ -62,12 +62,7 @@ class BackwardCall:
                 handles.append(framework.on_grad(t, self._on_grad(key, i)))
 
     def _on_grad(self, key, index):
-        def on_grad(grad):  # made for every hooked tensor: no decorator layer here, the guard is inline
-            try:
-                self.fill(key, index, grad)
-            except Exception as exc:  # noqa: BLE001 - never break the user's backward
-                report_failure(f"backward hook of {self.name}", exc, site="backward hook")
-        return on_grad
+        return _GradSlot(self, key, index)
 
     def fill(self, key, index, grad) -> None:
         session = self.session
@@ -86,6 +81,25 @@ class BackwardCall:
         if slots is not None and index < len(slots):
             slots[index] = self.summarizer.summarize(grad, save_as=self.save_as, path=(key, index))
             session.touch()
+
+
+class _GradSlot:
+    """The hook of one hooked tensor: fills slot `index` of `key` when its gradient arrives. One small object
+    rather than a closure (a function and three cells): a step makes hundreds, alive until backward, and
+    every object that outlives a collection of the young generations brings the next full one closer."""
+
+    __slots__ = ("backward", "key", "index")
+
+    def __init__(self, backward, key, index):
+        self.backward = backward
+        self.key = key
+        self.index = index
+
+    def __call__(self, grad):  # the guard is inline: no decorator layer for every gradient
+        try:
+            self.backward.fill(self.key, self.index, grad)
+        except Exception as exc:  # noqa: BLE001 - never break the user's backward
+            report_failure(f"backward hook of {self.backward.name}", exc, site="backward hook")
 
 
 class CallRecorder:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from zlib_ng import zlib_ng
 
-from ..core.records import NO_STATS, PendingStats, TensorSummary
+from ..core.records import NO_STATS, PendingStats, TensorSummary, canonical_shape
 from ..core.statistics import FLOAT32_SQUARES, FLOAT64_SQUARES, norm_in_range, one_pass, scaled_norm
 from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
@@ -289,7 +289,7 @@ class TorchSummarizer(Summarizer):
         name = _DTYPE_NAMES.get(dtype)
         if name is None:
             name = _DTYPE_NAMES[dtype] = str(dtype)
-        summary = TensorSummary("torch.Tensor", name, t.shape, NO_STATS, t.requires_grad)
+        summary = TensorSummary("torch.Tensor", name, canonical_shape(t.shape), NO_STATS, t.requires_grad)
         if t.is_meta:
             return summary
         if t.numel() == 0:
