@@ -6,6 +6,10 @@ configuration runs in a fresh process (the reference's debugger is a process-wid
 time includes start()/stop()/step(), i.e. writing the dump. AdamW's update runs inside start()/stop(), as
 in a user's loop, so L1 also records the optimizer's operations.
 Prints a table of median step times and slowdown factors, records and dump bytes per step, and writes JSON.
+The mean step time and the number of full garbage collections in the timed steps are printed beside the
+median: a full collection of a process that imported torch takes ~100 ms here, and how often one comes
+depends on how many objects the debugger keeps alive within a step. The median does not show it; a long
+run's mean does (`--steps 100`).
 
     .venv/bin/python tools/bench.py                      # both sizes, every mode
     .venv/bin/python tools/bench.py --sizes small --modes L1 --steps 20
@@ -14,6 +18,7 @@ Prints a table of median step times and slowdown factors, records and dump bytes
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -128,13 +133,18 @@ def run(size: str, mode: str, steps: int, warmup: int, tool: str = "msprobe_lite
             with open(os.path.join(tmp, "config.json"), "w") as f:
                 json.dump(config, f)
             debugger = debugger_class(tool)(os.path.join(tmp, "config.json"))
-        times = []
+        times, full_collections = [], []
+        gc.callbacks.append(lambda phase, info: phase == "start" and info["generation"] == 2
+                            and full_collections.append(1))
         for i in range(warmup + steps):
+            if i == warmup:
+                full_collections.clear()
             t0 = time.perf_counter()
             train_step(model, opt, x, y, debugger)
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
-        result = {"tool": tool, "size": size, "mode": mode, "median_ms": statistics.median(times) * 1e3}
+        result = {"tool": tool, "size": size, "mode": mode, "median_ms": statistics.median(times) * 1e3,
+                  "mean_ms": statistics.mean(times) * 1e3, "full_gc": len(full_collections)}
         if debugger:
             last = last_rank_dir(tmp)
             with open(os.path.join(last, "dump.json")) as f:
@@ -176,10 +186,12 @@ def main(argv=None) -> int:
             row = in_fresh_process(size, mode, steps, args)
             row["slowdown"] = row["median_ms"] / base["median_ms"]
             rows.append(row)
-    print(f"{'size':<6} {'mode':<6} {'median ms':>10} {'slowdown':>9} {'records/step':>13} {'KB/step':>9}")
+    print(f"{'size':<6} {'mode':<6} {'median ms':>10} {'slowdown':>9} {'mean ms':>9} {'full GCs':>9} "
+          f"{'records/step':>13} {'KB/step':>9}")
     for r in rows:
         print(f"{r['size']:<6} {r['mode']:<6} {r['median_ms']:>10.2f} {r.get('slowdown', 1.0):>8.2f}x "
-              f"{r.get('records_per_step', 0):>13} {r.get('bytes_per_step', 0) / 1024:>9.1f}")
+              f"{r['mean_ms']:>9.2f} {r['full_gc']:>9} {r.get('records_per_step', 0):>13} "
+              f"{r.get('bytes_per_step', 0) / 1024:>9.1f}")
     meta = {"tool": args.tool, "torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
             "machine": platform.machine(), "cpus": os.cpu_count()}
     with open(args.out, "w") as f:
