@@ -155,6 +155,7 @@ def route(request, monkeypatch):
     if request.param == "library":
         monkeypatch.setattr(core_statistics, "one_pass", None)
         monkeypatch.setattr(torch_summary, "one_pass", None)
+        monkeypatch.setattr(torch_summary, "FastEncoder", None)  # it is built with the kernel, or not at all
     return request.param
 
 
@@ -359,3 +360,138 @@ def test_norms_of_tiny_and_huge_values_on_both_routes(route, value, dtype):
 def test_the_kernel_refuses_a_stride_without_a_run():
     with pytest.raises(ValueError, match="rows of 0 values"):
         core_statistics.one_pass(np.zeros(10, np.float32), "float32", 0, 5)
+
+
+# -- the C encoder (pytorch/_fast_encode.c) and the Python walk it stands in front of ------------------------------
+@pytest.fixture(params=["C", "Python"])
+def encoder_route(request, monkeypatch):
+    if request.param == "C":
+        assert torch_summary.FastEncoder is not None  # the test set-up builds it (pip install -e .)
+    else:
+        monkeypatch.setattr(torch_summary, "FastEncoder", None)
+    return request.param
+
+
+def _odd_values():
+    """Values of every kind the encoder meets, tensors in every layout, dtype and state among them."""
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(6, 8, generator=g)
+    with torch.inference_mode():
+        inference = torch.randn(3, generator=g)
+    nan = torch.arange(5.0)
+    nan[2] = float("nan")
+    Pair = collections.namedtuple("Pair", "a b")
+    deep: list = [base]
+    for _ in range(40):
+        deep = [deep]
+    return [
+        base, base.t(), base[:, 2:5], base.neg(), base.to(torch.bfloat16), base.double(), base.half(),
+        torch.tensor(2.5), torch.empty(0, 4), torch.arange(6), torch.tensor([True, False]), nan,
+        torch.full((3,), float("inf")), base.requires_grad_(False).clone().requires_grad_(True),
+        torch.nn.Parameter(torch.ones(2, 2)), inference, torch.empty(2, 3, device="meta"),
+        torch.eye(3).to_sparse(), base.expand(2, 6, 8),
+        None, True, 3, -2.5, "text", (1, 2.0, "x", None), [base, (base, [base.t()])], {"k": base, 3: base[0]},
+        Pair(base, 1), slice(1, None, 2), Ellipsis, torch.Size([2, 3]), torch.float16, torch.device("cpu"),
+        {"nested": {"deeper": [base, {"x": None}]}}, deep, (), [], {},
+    ]
+
+
+def _encoded_text(summarizer, value) -> bytes:
+    from msprobe_lite.core.records import Record
+    from msprobe_lite.core.writer import record_lines_python
+
+    return record_lines_python([Record("r", {"v": summarizer.encode(value)})], {})
+
+
+def test_the_c_encoder_is_built_here():
+    assert torch_summary.FastEncoder is not None
+
+
+def test_c_encoder_and_python_walk_encode_every_value_alike(monkeypatch):
+    values = _odd_values()
+    fast = TorchSummarizer(_Session())
+    monkeypatch.setattr(torch_summary, "FastEncoder", None)
+    slow = TorchSummarizer(_Session())
+    assert fast.fast_encode is not None and slow.fast_encode is None
+    for i, value in enumerate(values):
+        assert _encoded_text(fast, value) == _encoded_text(slow, value), (i, type(value))
+    call = (values[:5], {"a": values[5], "b": [values[6], None]})
+    assert fast.encode_call(*call) == fast.encode_call(*call)  # cached: the same summaries
+    got = [[s.to_json() for s in part] for part in (fast.encode_call(call[0], {})[0], slow.encode_call(call[0], {})[0])]
+    assert got[0] == got[1]
+
+
+def test_c_encoder_caches_by_identity_and_version(encoder_route):
+    s = TorchSummarizer(_Session())
+    t = torch.arange(8.0)
+    first = s.encode(t)
+    assert s.encode(t) is first and s.encode([t])[0] is first        # a tensor seen again: its summary
+    t.add_(1)                                                          # changed in place: summarised anew
+    second = s.encode(t)
+    assert second is not first and second.stats[0] == 8.0
+    view = t.view(2, 4)                                                # another tensor object, same values
+    assert s.encode(view).stats == second.stats and list(s.encode(view).shape) == [2, 4]
+    del t, view
+    for _ in range(50):                                                # ids are reused: never a stale hit
+        u = torch.full((8,), 3.0)
+        assert s.encode(u).stats[0] == 3.0
+    with torch.inference_mode():
+        inf = torch.ones(3)
+    a, b = s.encode(inf), s.encode(inf)                                # no version counter: never cached
+    assert a is not b and a.stats == b.stats == (1.0, 1.0, 1.0, math.sqrt(3))
+
+
+def test_inference_mode_calls_are_recorded(tmp_path, encoder_route):
+    """torch.inference_mode() tensors keep no version counter; reading it raised, and every call under
+    inference mode was lost (an internal failure each)."""
+    import json
+
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    x = torch.randn(2, 4)
+    for level in ("L1", "L0", "mix"):
+        d = PrecisionDebugger(dump_path=str(tmp_path / level), task="statistics", level=level)
+        d.start(model=model)
+        with torch.inference_mode():
+            y = model(x)
+        d.stop()
+        d.step()
+        with open(tmp_path / level / "step0" / "rank" / "dump.json") as f:
+            records = json.load(f)["data"]
+        want = y.clone()
+        out = next(r for n, r in records.items() if n.startswith(("Functional.relu.0", "Module.1.ReLU.forward")))
+        assert out["output"][0]["Max"] == pytest.approx(float(want.max()))
+        assert out["output"][0]["Norm"] == pytest.approx(float(want.norm()))
+
+
+@pytest.mark.parametrize("kind, level", [("transformer", "L1"), ("transformer", "mix"), ("mlp_inplace", "mix"),
+                                         ("cnn", "L1")])
+def test_c_encoder_and_python_walk_write_the_same_dumps(tmp_path, monkeypatch, kind, level):
+    """Whole dumps of real models, byte for byte: the C route is the Python route, faster."""
+    import os
+
+    from models import train
+
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    def dump(route):
+        path = tmp_path / route
+        train(kind, steps=2, debugger=PrecisionDebugger(dump_path=str(path), task="statistics", level=level))
+        files = {}
+        for root, _, names in os.walk(path):
+            for name in names:
+                with open(os.path.join(root, name), "rb") as f:
+                    files[os.path.relpath(os.path.join(root, name), path)] = f.read()
+        return files
+
+    dumps = []
+    for route in ("C", "Python"):  # one call site: the stacks name the same line
+        if route == "Python":
+            monkeypatch.setattr(torch_summary, "FastEncoder", None)
+        dumps.append(dump(route))
+    fast, slow = dumps
+    assert sorted(fast) == sorted(slow) and len(fast) >= 6
+    for name in fast:
+        assert fast[name] == slow[name], name

@@ -22,6 +22,8 @@ values divided by the largest magnitude, so Norm stays exact.
 #include <stdint.h>
 #include <string.h>
 
+#include "_fast_stats.h"
+
 #define LANES 16
 #define BLOCK 4096
 #define RELEASE_GIL_FROM (1 << 16) /* bytes: below this, releasing the GIL costs more than the loop */
@@ -156,6 +158,43 @@ SCALED(scaled_bf16, uint16_t, LOAD_BF16)
 static const char *KINDS[] = {"float32", "float64", "bfloat16"};
 static const Py_ssize_t ITEM_SIZES[] = {4, 8, 2};
 
+/* Max, Min, Mean, Norm of `rows` runs of `run` values `stride` items apart, from `base` (kind: 0 float32,
+   1 float64, 2 bfloat16). 1 when the values are all finite, 0 when not (`out` is then meaningless). The GIL
+   is released for large inputs, so the caller must hold it and keep the memory alive. Shared with other
+   extensions through the capsule `_C_API` (pytorch/_fast_encode.c reads tensors in place with it). */
+static int one_pass(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride, int kind,
+                    double out[4]) {
+    stats_t r;
+    int release = (rows * run) * ITEM_SIZES[kind] >= RELEASE_GIL_FROM;
+    PyThreadState *state = release ? PyEval_SaveThread() : NULL;
+    if (kind == 0)
+        stats_f32(base, rows, run, stride, &r);
+    else if (kind == 1)
+        stats_f64(base, rows, run, stride, &r);
+    else
+        stats_bf16(base, rows, run, stride, &r);
+    double norm = sqrt(r.squares);
+    int finite = isfinite(r.sum) && isfinite(r.max) && isfinite(r.min); /* no NaN, no infinity */
+    double largest = fmax(fabs(r.max), fabs(r.min));
+    /* Squares that overflowed are not finite; below largest^2 they underflowed; with largest below `tiny`
+       they may be subnormal in their lane (float32: 1e-38, double: 1e-308) and have lost digits. */
+    double tiny = kind == 1 ? 1e-150 : 1e-17;
+    if (finite && largest > 0 && (!isfinite(r.squares) || r.squares < largest * largest * (1 - 1e-6) ||
+                                  largest < tiny)) {
+        double scaled = kind == 0   ? scaled_f32(base, rows, run, stride, largest)
+                        : kind == 1 ? scaled_f64(base, rows, run, stride, largest)
+                                    : scaled_bf16(base, rows, run, stride, largest);
+        norm = largest * sqrt(scaled);
+    }
+    if (release)
+        PyEval_RestoreThread(state);
+    out[0] = r.max;
+    out[1] = r.min;
+    out[2] = r.sum / (double)(rows * run);
+    out[3] = norm;
+    return finite;
+}
+
 static PyObject *stats(PyObject *self, PyObject *args) {
     Py_buffer view;
     const char *kind_name;
@@ -188,35 +227,12 @@ static PyObject *stats(PyObject *self, PyObject *args) {
     } else {
         rows = (items - run) / stride + 1;
     }
-    stats_t r;
-    int release = view.len >= RELEASE_GIL_FROM;
-    PyThreadState *state = release ? PyEval_SaveThread() : NULL;
-    if (kind == 0)
-        stats_f32((const char *)view.buf, rows, run, stride, &r);
-    else if (kind == 1)
-        stats_f64((const char *)view.buf, rows, run, stride, &r);
-    else
-        stats_bf16((const char *)view.buf, rows, run, stride, &r);
-    double norm = sqrt(r.squares);
-    int finite = isfinite(r.sum) && isfinite(r.max) && isfinite(r.min); /* no NaN, no infinity */
-    double largest = fmax(fabs(r.max), fabs(r.min));
-    /* Squares that overflowed are not finite; below largest^2 they underflowed; with largest below `tiny`
-       they may be subnormal in their lane (float32: 1e-38, double: 1e-308) and have lost digits. */
-    double tiny = kind == 1 ? 1e-150 : 1e-17;
-    if (finite && largest > 0 && (!isfinite(r.squares) || r.squares < largest * largest * (1 - 1e-6) ||
-                                  largest < tiny)) {
-        const char *base = (const char *)view.buf;
-        double scaled = kind == 0   ? scaled_f32(base, rows, run, stride, largest)
-                        : kind == 1 ? scaled_f64(base, rows, run, stride, largest)
-                                    : scaled_bf16(base, rows, run, stride, largest);
-        norm = largest * sqrt(scaled);
-    }
-    if (release)
-        PyEval_RestoreThread(state);
+    double out[4];
+    int finite = one_pass((const char *)view.buf, rows, run, stride, kind, out);
     PyBuffer_Release(&view);
     if (!finite)
         Py_RETURN_NONE; /* NaN, an infinity, or a float32 lane sum overflowed: the exact route decides */
-    return Py_BuildValue("(dddd)", r.max, r.min, r.sum / (double)(rows * run), norm);
+    return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
 }
 
 static PyMethodDef METHODS[] = {
@@ -230,4 +246,18 @@ static PyMethodDef METHODS[] = {
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_stats",
                                     "One-pass tensor statistics (see core/statistics.py).", -1, METHODS};
 
-PyMODINIT_FUNC PyInit__fast_stats(void) { return PyModule_Create(&MODULE); }
+/* The C-level entry point for other extensions: a capsule holding the address of one_pass(). */
+static FastStatsApi API = {one_pass};
+
+PyMODINIT_FUNC PyInit__fast_stats(void) {
+    PyObject *module = PyModule_Create(&MODULE);
+    if (module == NULL)
+        return NULL;
+    PyObject *capsule = PyCapsule_New(&API, FAST_STATS_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(module, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

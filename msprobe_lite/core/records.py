@@ -136,18 +136,18 @@ _REQUIRES_GRAD = {True: ', "requires_grad": true', False: ', "requires_grad": fa
 _STR_TEXT: dict = {}  # str -> its JSON text: dtype and type names, keys; a few dozen distinct strings a run
 
 
-_SHAPES: dict = {}  # shape -> the same shape as a plain tuple, one object per distinct shape
+SHAPES: dict = {}  # shape -> the same shape as a plain tuple, one object per distinct shape
 
 
 def canonical_shape(shape) -> tuple:
     """`tuple(shape)` for a framework's shape (torch.Size), shared by every summary of that shape. A plain
     tuple of ints is not tracked by the garbage collector, a torch.Size is: summaries live for a whole step,
     and every tracked object that outlives a young collection brings the next full (slow) one closer."""
-    canonical = _SHAPES.get(shape)
+    canonical = SHAPES.get(shape)
     if canonical is None:
         canonical = tuple(shape)
-        if len(_SHAPES) < _HEADS_MAX:
-            _SHAPES[canonical] = canonical
+        if len(SHAPES) < _HEADS_MAX:
+            SHAPES[canonical] = canonical
     return canonical
 
 

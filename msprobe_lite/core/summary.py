@@ -52,6 +52,8 @@ class Summarizer:
         self._snapshots: dict = {}       # id -> (weakref, version, first file): a value is saved once a step
         self._folders: set = set()       # tensor folders already created
         self._deferred_files: list = []  # (write, path), async_dump: queued when the step is written
+        # an adapter's faster `value -> encoded` for records that save no tensor file (a C route), or None
+        self.fast_encode = None
 
     # -- what an adapter provides ----------------------------------------------------------------------------
     def quiet(self):
@@ -99,12 +101,17 @@ class Summarizer:
     # `save_as` (a record name) also saves each tensor to a file named after its place in that record.
     def encode(self, value, path: tuple = (), save_as: str | None = None):
         with self.quiet():
+            if save_as is None and self.fast_encode is not None:
+                return self.fast_encode(value)
             return self.encoder.encode(value, self._leaf(save_as), path)
 
     def encode_call(self, args, kwargs, save_as: str | None = None) -> tuple:
         """(input_args, input_kwargs) of a call, encoded in one pass."""
-        leaf = self._leaf(save_as)
         with self.quiet():
+            if save_as is None and self.fast_encode is not None:
+                fast = self.fast_encode
+                return fast(args), fast(kwargs)
+            leaf = self._leaf(save_as)
             return (self.encoder.encode(args, leaf, ("input_args",)),
                     self.encoder.encode(kwargs, leaf, ("input_kwargs",)))
 
@@ -117,6 +124,8 @@ class Summarizer:
     def summarize(self, t, fresh: bool = False, save_as: str | None = None, path: tuple = ()):
         """Summary of `t` now; `fresh` skips the cache (for buffers changed behind autograd's back)."""
         with self.quiet():
+            if save_as is None and not fresh and self.fast_encode is not None:
+                return self.fast_encode(t)  # a tensor is its own leaf
             summary = self._cached(t, fresh)
             return self._saved(t, summary, save_as, path) if save_as is not None else summary
 
@@ -130,25 +139,27 @@ class Summarizer:
         return self._cached(t)
 
     def _cached(self, t, fresh: bool = False) -> TensorSummary:
+        """The summary of `t` cached for this step while `t` is alive and its version unchanged (a fast
+        encoder keeps the same cache, with the same rule), else a new one, cached."""
         version = self.version(t)
         if version is None:
-            try:
-                return self._summarize(t)
-            except Exception as exc:  # noqa: BLE001 - see _unsummarizable
-                return self._unsummarizable(t, exc)
+            return self._fresh(t)
         key = id(t)
         cached = self._cache.get(key)
         if not fresh and cached is not None and cached[0]() is t and cached[1] == version:
             return cached[2]
-        try:
-            summary = self._summarize(t)
-        except Exception as exc:  # noqa: BLE001 - see _unsummarizable
-            summary = self._unsummarizable(t, exc)
+        summary = self._fresh(t)
         try:
             self._cache[key] = (weakref.ref(t), version, summary)
         except TypeError:  # tensor types that refuse weak references are simply not cached
             pass
         return summary
+
+    def _fresh(self, t) -> TensorSummary:
+        try:
+            return self._summarize(t)
+        except Exception as exc:  # noqa: BLE001 - see _unsummarizable
+            return self._unsummarizable(t, exc)
 
     def _unsummarizable(self, t, exc) -> TensorSummary:
         """A tensor whose statistics cannot be computed (a sparse, quantized or nested tensor, a wrapper

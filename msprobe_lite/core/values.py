@@ -59,8 +59,10 @@ class ValueEncoder:
         self.tensor_type = tensor_type  # exact type checked first, before the general is_tensor test
         self.extra = dict(extra or {})  # exact type -> encoder, for framework objects
 
-    def encode(self, value, tensor: Callable, path: tuple = ()):
-        return self._walk(value, tensor, path, 0)
+    def encode(self, value, tensor: Callable, path: tuple = (), depth: int = 0):
+        """`value` encoded, its tensors through `tensor(t, path)`; `depth` is where `value` sits when another
+        walk (a C route) hands it over, so nesting limits count from the top."""
+        return self._walk(value, tensor, path, depth)
 
     def _walk(self, value, tensor, path, depth):
         kind = type(value)

@@ -15,12 +15,17 @@ import numpy as np
 import torch
 from zlib_ng import zlib_ng
 
-from ..core.records import NO_STATS, PendingStats, TensorSummary, canonical_shape
+from ..core.records import NO_STATS, SHAPES, PendingStats, TensorSummary, canonical_shape
 from ..core.statistics import FLOAT32_SQUARES, FLOAT64_SQUARES, norm_in_range, one_pass, scaled_norm
 from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
 from ..core.values import ValueEncoder
 from ..core.writer import write_bytes_atomic
+
+try:  # call values to dump values in C: the walk, the cache and CPU float summaries (see _fast_encode.c)
+    from ._fast_encode import Encoder as FastEncoder
+except ImportError:  # built without a C compiler (it needs the statistics kernel too)
+    FastEncoder = None
 
 TENSOR_EXT = ".pt"
 
@@ -55,6 +60,10 @@ _max, _min = np.maximum.reduce, np.minimum.reduce
 _ONE_PASS = {torch.float32: ("float32", None, torch.float32), torch.float64: ("float64", None, torch.float64),
              torch.bfloat16: ("bfloat16", torch.int16, torch.bfloat16),
              torch.float16: ("float32", None, torch.float32)}
+# dtype -> (kernel kind, dtype name) of the tensors the C encoder summarises in place (contiguous CPU ones):
+# the kinds of _fast_stats.h, the names as `_summarize` writes them
+_IN_PLACE_KINDS = {torch.float32: (0, str(torch.float32)), torch.float64: (1, str(torch.float64)),
+                   torch.bfloat16: (2, str(torch.bfloat16))}
 _STAGING_MAX = 1 << 22   # elements: a staged copy up to 16 MB of float32 reuses one buffer per dtype
 # dtype -> 1-D CPU tensor, per thread: the copy and the kernel release the GIL, and summaries are also made
 # on other threads (an async collective completes on the backend's, autograd may call hooks on its own)
@@ -260,6 +269,13 @@ class TorchSummarizer(Summarizer):
             lambda v: isinstance(v, torch.Tensor),
             {torch.Size: _encode_size, torch.dtype: _encode_dtype, torch.device: _encode_device}, torch.Tensor))
         self._pending_crc: list = []     # (device copy, summary), async_dump on an accelerator
+        if FastEncoder is not None:
+            encoder = self.encoder
+            self.fast_encode = FastEncoder(
+                (torch.Tensor, torch.nn.Parameter),
+                lambda value, depth: encoder.encode(value, self._tensor_leaf, (), depth),
+                self._cache, self._fresh, TensorSummary, _IN_PLACE_KINDS, torch.strided, SHAPES,
+                in_c=not self.md5)
 
     # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
     # recorded by the API capture nor pay its per-call overhead.
@@ -267,7 +283,10 @@ class TorchSummarizer(Summarizer):
 
     @staticmethod
     def version(t):
-        return t._version
+        try:
+            return t._version
+        except RuntimeError:  # an inference tensor (torch.inference_mode) keeps no version counter
+            return None
 
     def _resolve_device(self) -> None:
         if self.session.pending:

@@ -1,0 +1,16 @@
+/* What _fast_stats exports to other extensions, through the capsule `msprobe_lite.core._fast_stats._C_API`. */
+#ifndef MSPROBE_LITE_FAST_STATS_H
+#define MSPROBE_LITE_FAST_STATS_H
+
+#include <Python.h>
+
+#define FAST_STATS_CAPSULE "msprobe_lite.core._fast_stats._C_API"
+
+typedef struct {
+    /* Max, Min, Mean, Norm into `out`; 1 when the values are all finite, 0 when not. kind: 0 float32,
+       1 float64, 2 bfloat16 (raw 2-byte items). Called with the GIL held; releases it for large inputs. */
+    int (*one_pass)(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride, int kind,
+                    double out[4]);
+} FastStatsApi;
+
+#endif
