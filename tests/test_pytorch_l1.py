@@ -249,3 +249,35 @@ def test_training_is_bitwise_identical(tmp_path, level, kind):
     debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level=level)
     assert_bitwise(baseline, train(kind, steps=3, debugger=debugger))
     assert len(data(tmp_path, step=2)) > 20
+
+
+def test_the_stack_walk_in_c_and_in_python_agree(monkeypatch):
+    """core/_fast_stack.c walks the frames for every call; the Python walk is the route where it is not built."""
+    import sys
+
+    from msprobe_lite.core import stacks
+
+    walk_c = stacks._walk_c
+    assert walk_c is not None  # the test set-up builds it
+    collector = stacks.StackCollector(("torch",))
+
+    def nested(depth):
+        if depth:
+            return nested(depth - 1)
+        frame = sys._getframe()
+        in_python = collector._walk(frame)  # first sight: decides about every code object on the way
+        return in_python, walk_c(frame, collector._skip_code), collector.capture()
+
+    walks = []
+    for route in ("C", "Python"):  # one call site for both
+        if route == "Python":
+            monkeypatch.setattr(stacks, "_walk_c", None)
+        walks.append(nested(6))
+    (in_python, in_c, walk), (_, _, walk_in_python) = walks
+    # the innermost frame is at another instruction for each walk; every other frame is where it was
+    assert in_c[0] == in_python[0] and in_c[2:] == in_python[2:] and in_c[1] != in_python[1]
+    assert len(in_c) >= 2 * 7 and all(isinstance(v, int) for v in in_c)
+    assert walk == walk_in_python                  # the same frames and offsets: the same walk
+    assert walk_c(sys._getframe(), {}) is None  # a code not yet decided about: the caller decides
+    frames = collector._format(collector._walk_stacks[walk])
+    assert "collector.capture()" in frames[0] and sum("in nested" in f for f in frames) == 7

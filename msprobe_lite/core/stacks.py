@@ -12,6 +12,11 @@ import linecache
 import os
 import sys
 
+try:  # the same walk in C (several times faster on deep stacks); optional like the other kernels
+    from ._fast_stack import walk as _walk_c
+except ImportError:  # built without a C compiler
+    _walk_c = None
+
 
 def _package_dir(module_name: str) -> str | None:
     module = sys.modules.get(module_name)
@@ -33,12 +38,13 @@ class StackCollector:
         self._skip_code = {}    # id(code) -> bool (frame is not user code); ints hash fast, code objects don't
         self._codes = {}        # id(code) -> code: keeps every code object seen alive, so ids stay unique
         self._formatted = {}    # stack key -> tuple of frame strings
-        self._by_offsets = {}   # walk key (code ids and offsets) -> stack key (code ids and lines)
+        self._by_offsets = {}   # walk key (code ids and offsets) -> walk id (an int, for this process)
+        self._walk_stacks = []  # walk id -> stack key (code ids and lines)
         self.reset()
 
     def reset(self) -> None:
         self._stack_ids = {}    # stack key -> index in self._entries
-        self._walk_ids = {}     # walk key -> index in self._entries
+        self._walk_ids = {}     # walk id -> index in self._entries
         self._entries = []      # [names, frames]
 
     def _skip(self, code) -> bool:
@@ -52,9 +58,21 @@ class StackCollector:
             self._codes[key] = code
         return skip
 
-    def capture(self, skip_frames: int = 1) -> tuple:
-        """The key of the current user stack (innermost first): id(code), offset, id(code), offset, ..."""
+    def capture(self, skip_frames: int = 1) -> int:
+        """The walk id of the current user stack: its frames' code ids and offsets, numbered on first sight
+        (when their lines are taken), so the key is hashed once per call."""
         frame = sys._getframe(skip_frames)
+        key = _walk_c(frame, self._skip_code) if _walk_c is not None else None
+        if key is None:
+            key = self._walk(frame)  # also decides about the code objects seen for the first time
+        walk = self._by_offsets.get(key)
+        if walk is None:
+            walk = self._by_offsets[key] = len(self._walk_stacks)
+            self._walk_stacks.append(self._lines(frame))
+        return walk
+
+    def _walk(self, frame) -> tuple:
+        """(id(code), offset, id(code), offset, ...) of the user's frames, innermost first."""
         key = []
         skip_code = self._skip_code
         while frame is not None:
@@ -66,10 +84,7 @@ class StackCollector:
                 key.append(id(code))
                 key.append(frame.f_lasti)
             frame = frame.f_back
-        key = tuple(key)
-        if key not in self._by_offsets:  # first sight: the same frames, their lines
-            self._by_offsets[key] = self._lines(sys._getframe(skip_frames))
-        return key
+        return tuple(key)
 
     def _lines(self, frame) -> tuple:
         lines = []
@@ -79,16 +94,16 @@ class StackCollector:
             frame = frame.f_back
         return tuple(lines)
 
-    def add(self, name: str, key: tuple) -> None:
-        """Files `name` under the stack `key` (from `capture`)."""
-        index = self._walk_ids.get(key)
+    def add(self, name: str, walk: int) -> None:
+        """Files `name` under the stack of `walk` (from `capture`)."""
+        index = self._walk_ids.get(walk)
         if index is None:
-            stack = self._by_offsets[key]
+            stack = self._walk_stacks[walk]
             index = self._stack_ids.get(stack)
             if index is None:
                 index = self._stack_ids[stack] = len(self._entries)
                 self._entries.append([[], self._format(stack)])
-            self._walk_ids[key] = index
+            self._walk_ids[walk] = index
         self._entries[index][0].append(name)
 
     def _format(self, key: tuple) -> list:

@@ -1,0 +1,83 @@
+/* The frame walk of core/stacks.py StackCollector.capture, in C.
+
+Why C: every captured call walks its whole Python stack (15 to 30 frames under a training loop, most of
+them inside torch or the optimizer) to find the user's frames. In Python each frame costs about 0.1 µs of
+attribute reads and dict probes; here about 0.02 µs.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+
+#if PY_VERSION_HEX < 0x030B0000 /* before 3.11: the frame's fields are public and f_lasti is in bytes */
+static PyCodeObject *frame_code(PyFrameObject *f) {
+    Py_INCREF(f->f_code);
+    return f->f_code;
+}
+static int frame_lasti(PyFrameObject *f) { return f->f_lasti; }
+static PyFrameObject *frame_back(PyFrameObject *f) {
+    Py_XINCREF(f->f_back);
+    return f->f_back;
+}
+#else
+#define frame_code PyFrame_GetCode
+#define frame_lasti PyFrame_GetLasti
+#define frame_back PyFrame_GetBack
+#endif
+
+/* walk(frame, skip) -> (id(code), f_lasti, id(code), f_lasti, ...) of the frames from `frame` outwards whose
+   code `skip` (id(code) -> bool) maps to False; None as soon as a code is not in `skip` (the caller decides
+   about it, then walks again). */
+static PyObject *walk(PyObject *self, PyObject *args) {
+    PyObject *start, *skip;
+    if (!PyArg_ParseTuple(args, "O!O!:walk", &PyFrame_Type, &start, &PyDict_Type, &skip))
+        return NULL;
+    PyObject *key = PyList_New(0);
+    if (key == NULL)
+        return NULL;
+    PyFrameObject *frame = (PyFrameObject *)start;
+    Py_INCREF(frame);
+    while (frame != NULL) {
+        PyCodeObject *code = frame_code(frame);
+        PyObject *id = PyLong_FromVoidPtr(code);
+        Py_DECREF(code); /* the frame keeps it alive */
+        PyObject *skipped = id ? PyDict_GetItemWithError(skip, id) : NULL;
+        if (skipped == NULL) {
+            Py_XDECREF(id);
+            Py_DECREF(frame);
+            Py_DECREF(key);
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_NONE; /* a code seen for the first time */
+        }
+        int user = skipped == Py_False ? 1 : skipped == Py_True ? 0 : !PyObject_IsTrue(skipped);
+        if (user) {
+            PyObject *lasti = PyLong_FromLong(frame_lasti(frame));
+            if (lasti == NULL || PyList_Append(key, id) < 0 || PyList_Append(key, lasti) < 0) {
+                Py_XDECREF(lasti);
+                Py_DECREF(id);
+                Py_DECREF(frame);
+                Py_DECREF(key);
+                return NULL;
+            }
+            Py_DECREF(lasti);
+        }
+        Py_DECREF(id);
+        PyFrameObject *back = frame_back(frame);
+        Py_DECREF(frame);
+        frame = back;
+    }
+    PyObject *out = PyList_AsTuple(key);
+    Py_DECREF(key);
+    return out;
+}
+
+static PyMethodDef METHODS[] = {
+    {"walk", walk, METH_VARARGS,
+     "walk(frame, skip) -> tuple of (id(code), f_lasti) pairs, flat, for the frames whose id(code) maps to "
+     "False in skip, from frame outwards; None when a code is not in skip."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_stack",
+                                    "The stack walk of core/stacks.py in C.", -1, METHODS};
+
+PyMODINIT_FUNC PyInit__fast_stack(void) { return PyModule_Create(&MODULE); }
