@@ -7,7 +7,7 @@ it uses. Construction validates the config and creates nothing on disk.
 from __future__ import annotations
 
 from ..config import load_config
-from . import statistics
+from . import stacks, statistics, writer
 from .calls import CallRecorder
 from .debug_save import DebugSaver
 from .module_calls import ModuleHooks
@@ -20,13 +20,16 @@ _kernel_warned = False
 
 
 def _warn_once_without_kernel() -> None:
-    """pip says nothing when the optional C kernel fails to build (no compiler): the user hears it here."""
+    """pip says nothing when the optional C routes fail to build (no compiler): the user hears it here."""
     global _kernel_warned
-    if statistics.one_pass is None and not _kernel_warned:
+    missing = [name for name, route in (("the one-pass statistics kernel (core/_fast_stats.c)", statistics.one_pass),
+                                         ("dump.json text (core/_fast_json.c)", writer._record_lines_c),
+                                         ("the stack walk (core/_fast_stack.c)", stacks._walk_c)) if route is None]
+    if missing and not _kernel_warned:
         _kernel_warned = True
-        log.warning("the one-pass statistics kernel (msprobe_lite/core/_fast_stats.c) was not built when the "
-                    "package was installed (no C compiler?): statistics come from numpy and torch, the same "
-                    "numbers several times slower. Reinstall with a C compiler to build it.")
+        log.warning("%s of msprobe_lite %s not built when the package was installed (no C compiler?): the "
+                    "same dumps come from the Python routes, several times slower. Reinstall with a C "
+                    "compiler to build them.", ", ".join(missing), "was" if len(missing) == 1 else "were")
 
 
 class Debugger:
