@@ -279,8 +279,11 @@ static int value(buf_t *b, PyObject *v, kinds_t *k) {
         for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(v); i++) {
             if (i)
                 rc = PUT(b, ", ");
+            PyObject *it = PyList_GET_ITEM(v, i);
+            Py_INCREF(it); /* a gradient hook on another thread may replace it while Python code runs */
             if (rc == 0)
-                rc = item(b, PyList_GET_ITEM(v, i), k);
+                rc = item(b, it, k);
+            Py_DECREF(it);
         }
         if (rc == 0)
             rc = PUT(b, "]");

@@ -88,16 +88,39 @@ static PyObject *canonical_shape(Encoder *e, PyObject *t) {
     return plain;
 }
 
+static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind);
+
+/* Py_None: the tensor is for the Python route, which summarises an odd tensor or reports why it cannot
+   (an attribute that raised here is forgotten); NULL when out of memory. */
+static PyObject *for_python(void) {
+    if (PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_MemoryError))
+            return NULL;
+        PyErr_Clear();
+    }
+    Py_RETURN_NONE;
+}
+
 /* TorchSummarizer._summarize for the tensors read in place, or Py_None (new reference) when this one is
    for the Python route. NULL only on an error that is not the tensor's (memory). */
 static PyObject *summary_in_c(Encoder *e, PyObject *t) {
     PyObject *dtype = PyObject_GetAttr(t, S_dtype);
     if (dtype == NULL)
         goto python;
-    PyObject *kind = PyDict_GetItemWithError(e->kinds, dtype); /* borrowed: (kind, name) */
-    Py_DECREF(dtype);
+    PyObject *kind = PyDict_GetItemWithError(e->kinds, dtype); /* (kind, name): held below, the kernel may */
+    Py_DECREF(dtype);                                            /* release the GIL */
     if (kind == NULL)
         goto python;
+    Py_INCREF(kind);
+    PyObject *summary = summary_of(e, t, kind);
+    Py_DECREF(kind);
+    return summary;
+python:
+    return for_python();
+}
+
+/* summary_in_c once the dtype is one the kernel reads. */
+static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
     if (attr_bool(t, S_is_meta) != 0 || attr_bool(t, S_is_cpu) != 1 || method_bool(t, S_is_contiguous) != 1 ||
         method_bool(t, S_is_neg) != 0)
         goto python;
@@ -136,12 +159,7 @@ static PyObject *summary_in_c(Encoder *e, PyObject *t) {
     Py_XDECREF(stats);
     return summary;
 python:
-    if (PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_MemoryError))
-            return NULL;
-        PyErr_Clear(); /* an odd tensor: the Python route summarises it, or reports why it cannot */
-    }
-    Py_RETURN_NONE;
+    return for_python();
 }
 
 /* Summarizer._cached(t): the cached summary while `t` is alive and unchanged, else a new one, cached. */
@@ -250,11 +268,12 @@ static PyObject *walk(Encoder *e, PyObject *v, int depth) {
             Py_RETURN_NONE;
         if (Py_EnterRecursiveCall(" while encoding call values"))
             return NULL;
-        PyObject *items = PySequence_Fast(v, "a tuple or list");
-        Py_ssize_t n = items ? PySequence_Fast_GET_SIZE(items) : 0;
+        /* a list is walked as a snapshot: Python code run meanwhile (a summary) cannot change its length */
+        PyObject *items = kind == &PyList_Type ? PyList_AsTuple(v) : (Py_INCREF(v), v);
+        Py_ssize_t n = items ? PyTuple_GET_SIZE(items) : 0;
         PyObject *out = items ? PyList_New(n) : NULL;
         for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-            PyObject *item = walk(e, PySequence_Fast_GET_ITEM(items, i), depth + 1);
+            PyObject *item = walk(e, PyTuple_GET_ITEM(items, i), depth + 1);
             if (item == NULL)
                 Py_CLEAR(out);
             else
