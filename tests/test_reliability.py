@@ -567,6 +567,25 @@ def test_record_text_is_what_json_writes(record_lines):
     assert record_lines([]) == b""
 
 
+def test_a_summary_freed_while_a_record_is_written_never_lends_its_text(record_lines):
+    """Summary texts are reused within a write by identity; a summary replaced while Python code runs (a
+    fallback here, another thread in a run) must not pass its text to a new object at the same address."""
+    from msprobe_lite.core.records import Record, TensorSummary
+
+    data: list = []
+
+    class Other(TensorSummary):  # not the exact type: formatted by json, through Python code
+        def to_json(self, data_name=None):
+            data[0] = None
+            data[2] = TensorSummary("torch.Tensor", "NEW", (1,), (2.0, 2.0, 2.0, 2.0))
+            return {"other": 1}
+
+    for _ in range(20):
+        data[:] = [TensorSummary("torch.Tensor", "OLD", (1,), (1.0, 1.0, 1.0, 1.0)), Other("t", "d", ()), None]
+        text = record_lines([Record("r", {"v": data})]).decode()
+        assert text.count('"dtype": "OLD"') == 1 and text.count('"dtype": "NEW", "shape": [1], "Max": 2.0') == 1
+
+
 def test_record_text_that_json_refuses_is_refused(record_lines):
     """A value json cannot write fails the write the same way on both routes (and the step stays dirty)."""
     from msprobe_lite.core.records import Record

@@ -496,3 +496,38 @@ def test_c_encoder_and_python_walk_write_the_same_dumps(tmp_path, monkeypatch, k
     assert sorted(fast) == sorted(slow) and len(fast) >= 6
     for name in fast:
         assert fast[name] == slow[name], name
+
+
+def test_a_tensor_whose_memory_another_thread_swaps_is_read_safely(tmp_path, encoder_route):
+    """A tensor object does not pin its memory: `t.set_()` on another thread frees it. The C encoder keeps the
+    GIL while its kernel reads (a crash before); the Python route's numpy view pins the memory."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import sys, threading, warnings
+        sys.path.insert(0, {repr(str(__import__("pathlib").Path(__file__).parent))})
+        warnings.simplefilter("ignore")
+        import torch
+        import msprobe_lite.pytorch.summary as ts
+        from test_statistics import _Session
+        if {encoder_route == "Python"}:
+            ts.FastEncoder = None
+        s = ts.TorchSummarizer(_Session())
+        for attempt in range(3):
+            t = torch.ones(1 << 24)            # 64 MB: returned to the system when freed
+            go = threading.Event()
+            def other():
+                go.wait()
+                t.set_(torch.empty(0))
+            thread = threading.Thread(target=other)
+            thread.start()
+            go.set()
+            out = s.encode(t)
+            thread.join()
+            assert out.stats in ((1.0, 1.0, 1.0, 4096.0), (None, None, None, None)), out.stats
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])

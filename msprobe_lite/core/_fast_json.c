@@ -136,6 +136,7 @@ static int put_scalar(buf_t *b, PyObject *v) {
 typedef struct {
     PyObject *summary_type, *saved_type, *fallback, *escape;
     PyObject *seen; /* id(summary) -> where its text already is in the buffer (offset << 24 | length) */
+    PyObject *held; /* the summaries in `seen`, kept alive for the call so that no id is reused */
 } kinds_t;
 
 static PyObject *S_type, *S_dtype, *S_shape, *S_stats, *S_requires_grad, *S_md5, *S_summary, *S_data_name,
@@ -248,7 +249,7 @@ static int tensor_item(buf_t *b, PyObject *v, kinds_t *k) {
         rc = put_text(b, PyObject_CallMethodNoArgs(v, S_json_text)) < 0 ? -1 : 1;
     if (rc > 0 && b->len - start < (1 << 24) && start < ((Py_ssize_t)1 << 38)) {
         PyObject *at = PyLong_FromLongLong((long long)start << 24 | (long long)(b->len - start));
-        rc = at == NULL || PyDict_SetItem(k->seen, key, at) < 0 ? -1 : 1;
+        rc = at == NULL || PyDict_SetItem(k->seen, key, at) < 0 || PyList_Append(k->held, v) < 0 ? -1 : 1;
         Py_XDECREF(at);
     }
     Py_DECREF(key);
@@ -289,14 +290,21 @@ static int value(buf_t *b, PyObject *v, kinds_t *k) {
             rc = PUT(b, "]");
     } else if (PyDict_CheckExact(v)) {
         PyObject *key, *val;
-        Py_ssize_t pos = 0, start = b->len;
-        rc = PUT(b, "{");
-        for (int first = 1; rc == 0 && PyDict_Next(v, &pos, &key, &val); first = 0) {
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(v, &pos, &key, &val)) {
             if (!PyUnicode_CheckExact(key)) { /* json's rules for other keys: the whole dict in Python */
-                b->len = start;
                 rc = put_text(b, PyObject_CallOneArg(k->fallback, v));
                 Py_LeaveRecursiveCall();
                 return rc;
+            }
+        }
+        pos = 0;
+        rc = PUT(b, "{");
+        for (int first = 1; rc == 0 && PyDict_Next(v, &pos, &key, &val); first = 0) {
+            if (!PyUnicode_CheckExact(key)) { /* a key added meanwhile by another thread */
+                PyErr_SetString(PyExc_RuntimeError, "a record changed while it was written");
+                rc = -1;
+                break;
             }
             Py_INCREF(val); /* the dict may change under a fallback call */
             rc = (first ? 0 : PUT(b, ", ")) || put_str(b, key, k->escape) || PUT(b, ": ") || item(b, val, k) ? -1 : 0;
@@ -317,18 +325,21 @@ static PyObject *record_lines(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOO:record_lines", &records, &k.summary_type, &k.saved_type, &k.fallback,
                           &k.escape))
         return NULL;
-    PyObject *seq = PySequence_Fast(records, "record_lines(): records must be a sequence");
+    PyObject *seq = PySequence_Tuple(records); /* a snapshot: Python code run meanwhile cannot shorten it */
     if (seq == NULL)
         return NULL;
     k.seen = PyDict_New();
-    if (k.seen == NULL) {
+    k.held = PyList_New(0);
+    if (k.seen == NULL || k.held == NULL) {
+        Py_XDECREF(k.seen);
+        Py_XDECREF(k.held);
         Py_DECREF(seq);
         return NULL;
     }
     buf_t b = {NULL, 0, 0};
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *r = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *r = PyTuple_GET_ITEM(seq, i);
         PyObject *name = PyObject_GetAttr(r, S_name), *data = name ? PyObject_GetAttr(r, S_data) : NULL;
         int rc = data == NULL ? -1 : 0;
         if (rc == 0 && !PyUnicode_Check(name)) {
@@ -345,11 +356,13 @@ static PyObject *record_lines(PyObject *self, PyObject *args) {
             PyMem_Free(b.data);
             Py_DECREF(seq);
             Py_DECREF(k.seen);
+            Py_DECREF(k.held);
             return NULL;
         }
     }
     Py_DECREF(seq);
     Py_DECREF(k.seen);
+    Py_DECREF(k.held);
     PyObject *out = PyBytes_FromStringAndSize(b.data ? b.data : "", b.len);
     PyMem_Free(b.data);
     return out;

@@ -8,12 +8,18 @@ attribute reads and dict probes; here about 0.02 µs.
 #include <Python.h>
 #include <frameobject.h>
 
-#if PY_VERSION_HEX < 0x030B0000 /* before 3.11: the frame's fields are public and f_lasti is in bytes */
+#if PY_VERSION_HEX < 0x030B0000 /* before 3.11 the frame's fields are public */
 static PyCodeObject *frame_code(PyFrameObject *f) {
     Py_INCREF(f->f_code);
     return f->f_code;
 }
+/* what Python's frame.f_lasti says (StackCollector._walk reads that): the field is in bytes in 3.9, in
+   instructions in 3.10 */
+#if PY_VERSION_HEX < 0x030A0000
 static int frame_lasti(PyFrameObject *f) { return f->f_lasti; }
+#else
+static int frame_lasti(PyFrameObject *f) { return f->f_lasti < 0 ? -1 : f->f_lasti * (int)sizeof(_Py_CODEUNIT); }
+#endif
 static PyFrameObject *frame_back(PyFrameObject *f) {
     Py_XINCREF(f->f_back);
     return f->f_back;

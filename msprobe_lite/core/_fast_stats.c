@@ -159,13 +159,14 @@ static const char *KINDS[] = {"float32", "float64", "bfloat16"};
 static const Py_ssize_t ITEM_SIZES[] = {4, 8, 2};
 
 /* Max, Min, Mean, Norm of `rows` runs of `run` values `stride` items apart, from `base` (kind: 0 float32,
-   1 float64, 2 bfloat16). 1 when the values are all finite, 0 when not (`out` is then meaningless). The GIL
-   is released for large inputs, so the caller must hold it and keep the memory alive. Shared with other
-   extensions through the capsule `_C_API` (pytorch/_fast_encode.c reads tensors in place with it). */
+   1 float64, 2 bfloat16). 1 when the values are all finite, 0 when not (`out` is then meaningless). Called
+   with the GIL held. With `may_release`, the GIL is released for large inputs: only for memory that no
+   other thread can free meanwhile (a buffer export pins it). Shared with other extensions through the
+   capsule `_C_API` (pytorch/_fast_encode.c reads tensors in place with it). */
 static int one_pass(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride, int kind,
-                    double out[4]) {
+                    int may_release, double out[4]) {
     stats_t r;
-    int release = (rows * run) * ITEM_SIZES[kind] >= RELEASE_GIL_FROM;
+    int release = may_release && (rows * run) * ITEM_SIZES[kind] >= RELEASE_GIL_FROM;
     PyThreadState *state = release ? PyEval_SaveThread() : NULL;
     if (kind == 0)
         stats_f32(base, rows, run, stride, &r);
@@ -228,7 +229,7 @@ static PyObject *stats(PyObject *self, PyObject *args) {
         rows = (items - run) / stride + 1;
     }
     double out[4];
-    int finite = one_pass((const char *)view.buf, rows, run, stride, kind, out);
+    int finite = one_pass((const char *)view.buf, rows, run, stride, kind, 1, out); /* the view pins it */
     PyBuffer_Release(&view);
     if (!finite)
         Py_RETURN_NONE; /* NaN, an infinity, or a float32 lane sum overflowed: the exact route decides */

@@ -8,9 +8,10 @@
 
 typedef struct {
     /* Max, Min, Mean, Norm into `out`; 1 when the values are all finite, 0 when not. kind: 0 float32,
-       1 float64, 2 bfloat16 (raw 2-byte items). Called with the GIL held; releases it for large inputs. */
+       1 float64, 2 bfloat16 (raw 2-byte items). Called with the GIL held; with `may_release` it releases it
+       for large inputs, which is safe only when no other thread can free or resize the memory meanwhile. */
     int (*one_pass)(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride, int kind,
-                    double out[4]);
+                    int may_release, double out[4]);
 } FastStatsApi;
 
 #endif

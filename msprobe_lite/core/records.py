@@ -46,15 +46,16 @@ class TensorSummary:
         of the cost of writing a step. The head (type, dtype, shape) recurs across calls and steps and is
         formatted once per process; four finite floats, the usual statistics, take one `%` operation."""
         shape = self.shape
-        if isinstance(shape, tuple):  # a framework's shape (torch.Size, a MindSpore tuple): ints, hashable
-            key = (self.type, self.dtype, shape)
+        if type(shape) is tuple and SHAPES.get(shape) is shape:  # a canonical shape (ints only): the memo's
+            key = (self.type, self.dtype, shape)                 # equality is exact for it
             text = _HEADS.get(key)
             if text is None:
                 text = _HEAD % (json_str(self.type), json_str(self.dtype), json_shape(list(shape)))
                 if len(_HEADS) < _HEADS_MAX:
                     _HEADS[key] = text
         else:
-            text = _HEAD % (json_str(self.type), json_str(self.dtype), json_shape(shape))
+            text = _HEAD % (json_str(self.type), json_str(self.dtype),
+                            json_shape(list(shape) if isinstance(shape, tuple) else shape))
         stats = self.stats
         if stats is not None:
             a, b, c, d = stats

@@ -151,8 +151,8 @@ def record_lines(records: list, texts: dict | None = None) -> bytes:
 
 
 def record_lines_python(records: list, texts: dict) -> bytes:
-    """The Python route of `record_lines`; `texts` (id(summary) -> JSON text) lasts one write: a summary
-    recurs in several records (the output of one call is the input of the next)."""
+    """The Python route of `record_lines`; `texts` (id(summary) -> (summary, JSON text)) lasts one write: a
+    summary recurs in several records (the output of one call is the input of the next)."""
     return ",\n".join([f"{_json_name(r.name)}: {value_json(r.data, texts)}" for r in records]).encode("utf-8")
 
 
@@ -184,10 +184,10 @@ def value_json(value, texts: dict) -> str:
 def _item_json(item, texts: dict) -> str:
     kind = type(item)
     if kind is TensorSummary or kind is SavedTensor:
-        text = texts.get(id(item))
-        if text is None:
-            text = texts[id(item)] = item.json_text()
-        return text
+        known = texts.get(id(item))
+        if known is None or known[0] is not item:  # holding the summary: its id cannot be reused meanwhile
+            known = texts[id(item)] = (item, item.json_text())
+        return known[1]
     if kind is str:
         return json_str(item)
     if kind is list or kind is dict:

@@ -15,7 +15,7 @@ import numpy as np
 from mindspore import ops
 from zlib_ng import zlib_ng
 
-from ..core.records import NO_STATS, PendingStats, TensorSummary
+from ..core.records import NO_STATS, PendingStats, TensorSummary, canonical_shape
 from ..core.statistics import numpy_stats
 from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
@@ -111,7 +111,7 @@ class MindSporeSummarizer(Summarizer):
         save_npy(copy, path)
 
     def _summarize(self, t: ms.Tensor) -> TensorSummary:
-        summary = TensorSummary(TENSOR_TYPE, str(t.dtype), tuple(t.shape), NO_STATS)
+        summary = TensorSummary(TENSOR_TYPE, str(t.dtype), canonical_shape(t.shape), NO_STATS)
         if t.size == 0:
             if self.md5:
                 summary.md5 = "00000000"

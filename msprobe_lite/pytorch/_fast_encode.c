@@ -90,11 +90,11 @@ static PyObject *canonical_shape(Encoder *e, PyObject *t) {
 
 static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind);
 
-/* Py_None: the tensor is for the Python route, which summarises an odd tensor or reports why it cannot
-   (an attribute that raised here is forgotten); NULL when out of memory. */
+/* Py_None: the tensor is for the Python route, which summarises an odd tensor or reports why it cannot (an
+   attribute that raised an Exception here is forgotten); NULL for KeyboardInterrupt and the like. */
 static PyObject *for_python(void) {
     if (PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_MemoryError))
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
             return NULL;
         PyErr_Clear();
     }
@@ -141,8 +141,9 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
     if (data == NULL)
         goto python;
     double out[4];
-    /* `t` holds its storage for the duration: the memory stays valid while the GIL is released */
-    if (!STATS->one_pass((const char *)data, 1, n, n, (int)PyLong_AsLong(PyTuple_GET_ITEM(kind, 0)), out))
+    /* The GIL stays held: a tensor object does not pin its memory (another thread's `t.set_()`, `t.data =`
+       or `resize_()` would free it), and with the GIL no Python code runs until the kernel is done. */
+    if (!STATS->one_pass((const char *)data, 1, n, n, (int)PyLong_AsLong(PyTuple_GET_ITEM(kind, 0)), 0, out))
         goto python; /* NaN or an infinity: the library route knows the spec's rules for them */
     PyObject *shape = canonical_shape(e, t);
     int grad = shape ? attr_bool(t, S_requires_grad) : -1;
@@ -160,6 +161,21 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
     return summary;
 python:
     return for_python();
+}
+
+/* Whether weak reference `ref` still points at `t`. */
+static int referent_is(PyObject *ref, PyObject *t) {
+    if (!PyWeakref_Check(ref))
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *target = NULL;
+    if (PyWeakref_GetRef(ref, &target) < 0)
+        PyErr_Clear();
+    Py_XDECREF(target); /* only compared: `t` is alive, so a match stays valid */
+    return target == t;
+#else
+    return PyWeakref_GetObject(ref) == t;
+#endif
 }
 
 /* Summarizer._cached(t): the cached summary while `t` is alive and unchanged, else a new one, cached. */
@@ -185,19 +201,20 @@ static PyObject *leaf(Encoder *e, PyObject *t) {
         Py_DECREF(version);
         return NULL;
     }
-    PyObject *entry = PyDict_GetItemWithError(e->cache, key); /* borrowed */
+    PyObject *entry = PyDict_GetItemWithError(e->cache, key);
     if (entry != NULL && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 3 &&
-        PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0)) == t) {
+        referent_is(PyTuple_GET_ITEM(entry, 0), t)) {
+        Py_INCREF(entry); /* held across the comparison */
         int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 1), version, Py_EQ);
         if (same != 0) {
             Py_DECREF(key);
             Py_DECREF(version);
-            if (same < 0)
-                return NULL;
-            PyObject *summary = PyTuple_GET_ITEM(entry, 2);
-            Py_INCREF(summary);
+            PyObject *summary = same < 0 ? NULL : PyTuple_GET_ITEM(entry, 2);
+            Py_XINCREF(summary);
+            Py_DECREF(entry);
             return summary;
         }
+        Py_DECREF(entry);
     }
     if (PyErr_Occurred())
         goto error;
@@ -337,7 +354,10 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     KEEP(cache, cache);
     KEEP(summarize, summarize);
     KEEP(summary_type, summary_type);
-    KEEP(kinds, kinds);
+    PyObject *own_kinds = PyDict_Copy(kinds); /* checked above; later changes to the caller's dict stay there */
+    if (own_kinds == NULL)
+        return -1;
+    Py_XSETREF(e->kinds, own_kinds);
     KEEP(strided, strided);
     KEEP(shapes, shapes);
     e->in_c = in_c;
