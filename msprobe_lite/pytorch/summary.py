@@ -51,8 +51,9 @@ _NUMPY_INTEGERS = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint
 
 _NUMPY_MAX = 1 << 16        # up to here numpy's reductions beat torch's per-op dispatch; above, torch's
 _ONES = np.ones(_NUMPY_MAX, dtype=np.float32)  # multithreaded kernels win. sum = dot(a, 1): a BLAS pass
-# what ndarray.max()/min() run, without their Python layer (most summarised tensors are small: the layer shows)
-_max, _min = np.maximum.reduce, np.minimum.reduce
+# what ndarray.max()/min()/mean() run, without their Python layer (most summarised tensors are small: the layer
+# shows); mean() is the sum over the size, bit for bit
+_max, _min, _sum = np.maximum.reduce, np.minimum.reduce, np.add.reduce
 
 
 # dtype -> (the kernel's kind, the dtype its items are viewed as (bf16: raw 2-byte items), the dtype a staged
@@ -153,7 +154,7 @@ def _cpu_stats(t: torch.Tensor) -> tuple:
     if dtype in _NUMPY_INTEGERS:
         a = _flat_numpy(t)
         wide = a.astype(np.float64)
-        return int(_max(a)), int(_min(a)), float(wide.mean()), math.sqrt(float(np.dot(wide, wide)))
+        return int(_max(a)), int(_min(a)), float(_sum(wide)) / a.size, math.sqrt(float(np.dot(wide, wide)))
     if dtype is torch.bool:
         a = _flat_numpy(t)
         return bool(a.any()), bool(a.all()), None, None
