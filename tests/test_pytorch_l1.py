@@ -281,3 +281,45 @@ def test_the_stack_walk_in_c_and_in_python_agree(monkeypatch):
     assert walk_c(sys._getframe(), {}) is None  # a code not yet decided about: the caller decides
     frames = collector._format(collector._walk_stacks[walk])
     assert "collector.capture()" in frames[0] and sum("in nested" in f for f in frames) == 7
+
+
+def test_a_tensor_passed_on_gets_one_hook_for_both_records_unless_changed_in_place(tmp_path, monkeypatch):
+    """y is tanh's output and exp's input: one gradient hook fills both backward records. After an in-place
+    change the tensor is another autograd node: hooked again, and each record gets its own gradient."""
+    from msprobe_lite.pytorch.framework import TorchFramework
+
+    hooked = []
+    real = TorchFramework.on_grad
+    monkeypatch.setattr(TorchFramework, "on_grad", staticmethod(lambda t, fn: (hooked.append(t), real(t, fn))[1]))
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, generator=g, requires_grad=True)
+
+    def program():
+        y = torch.tanh(x)
+        z = torch.exp(y)
+        z.sum().backward()
+
+    dump, _ = dump_of(tmp_path, program)
+    assert len(hooked) == 4  # x, y, z, the sum: 7 places
+    y = torch.tanh(x.detach())
+    assert_stats(dump["Torch.tanh.0.backward"]["input"][0], torch.exp(y))     # d(sum)/dy = exp(y)
+    assert_stats(dump["Torch.exp.0.backward"]["output"][0], torch.exp(y))    # the same gradient, same hook
+    assert_stats(dump["Torch.tanh.0.backward"]["output"][0], torch.exp(y) * (1 - y * y))
+
+    hooked.clear()
+
+    def in_place():
+        y = torch.sin(x)
+        y.mul_(3.0)           # y changes: sin's output is not exp's input any more
+        torch.exp(y).sum().backward()
+
+    (tmp_path / "again").mkdir()
+    dump, _ = dump_of(tmp_path / "again", in_place)
+    y0 = torch.sin(x.detach())
+    e = torch.exp(3.0 * y0)
+    assert_stats(dump["Tensor.mul_.0.backward"]["input"][0], e)              # d/d(3y) = exp(3y)
+    assert_stats(dump["Torch.exp.0.backward"]["output"][0], e)
+    assert_stats(dump["Tensor.mul_.0.backward"]["output"][0], 3.0 * e)       # d/dy before the change
+    assert_stats(dump["Torch.sin.0.backward"]["input"][0], 3.0 * e)
+    assert_stats(dump["Torch.sin.0.backward"]["output"][0], 3.0 * e * torch.cos(x.detach()))
+    assert len(hooked) == 5  # x; y before mul_ (sin's output, mul_'s input); y after; exp's output; sum's

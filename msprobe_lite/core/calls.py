@@ -13,6 +13,8 @@ and regroups gradient sums, which can change gradients bitwise. Tensor hooks cha
 """
 from __future__ import annotations
 
+import weakref
+
 from .naming import BACKWARD, FORWARD, api_record
 from .records import Record
 from .safety import report_failure
@@ -52,18 +54,6 @@ class BackwardCall:
         self.n_in = n_in
         self.n_out = 0
 
-    def hook(self, tensors, key, handles) -> None:
-        """key `output` for the call's inputs, `input` for its outputs (the backward sees them reversed)."""
-        if key == "input":
-            self.n_out = len(tensors)
-        framework = self.framework
-        for i, t in enumerate(tensors):
-            if framework.may_get_grad(t):
-                handles.append(framework.on_grad(t, self._on_grad(key, i)))
-
-    def _on_grad(self, key, index):
-        return _GradSlot(self, key, index)
-
     def fill(self, key, index, grad) -> None:
         session = self.session
         if not session.step_open or grad is None:  # MindSpore may report "no gradient" as None
@@ -84,22 +74,26 @@ class BackwardCall:
 
 
 class _GradSlot:
-    """The hook of one hooked tensor: fills slot `index` of `key` when its gradient arrives. One small object
-    rather than a closure (a function and three cells): a step makes hundreds, alive until backward, and
-    every object that outlives a collection of the young generations brings the next full one closer."""
+    """The hook on one tensor: when its gradient arrives, fills each place the tensor holds this step, as
+    (backward call, key, index). A tensor that is one call's output and the next call's input has two places
+    and one hook: torch's `register_hook` costs about 3 µs, and every hook is a Python call in backward.
 
-    __slots__ = ("backward", "key", "index")
+    One small object rather than a closure (a function and three cells): a step makes hundreds, alive until
+    backward, and every object that outlives a young collection brings the next full one closer."""
 
-    def __init__(self, backward, key, index):
-        self.backward = backward
-        self.key = key
-        self.index = index
+    __slots__ = ("places", "tensor", "version")
+
+    def __init__(self, place):
+        self.places = [place]
+        self.tensor = None   # weak reference to the hooked tensor, and its version when hooked
+        self.version = None
 
     def __call__(self, grad):  # the guard is inline: no decorator layer for every gradient
-        try:
-            self.backward.fill(self.key, self.index, grad)
-        except Exception as exc:  # noqa: BLE001 - never break the user's backward
-            report_failure(f"backward hook of {self.backward.name}", exc, site="backward hook")
+        for backward, key, index in self.places:
+            try:
+                backward.fill(key, index, grad)
+            except Exception as exc:  # noqa: BLE001 - never break the user's backward
+                report_failure(f"backward hook of {backward.name}", exc, site="backward hook")
 
 
 class CallRecorder:
@@ -113,6 +107,7 @@ class CallRecorder:
         self.session = session
         self.summarizer = summarizer
         self.grad_handles = []   # tensor hooks of this step, removed when the step ends
+        self._slots = {}         # id(tensor) -> its _GradSlot this step, while the tensor is unchanged
         flt, config = session.filter, session.config
         self._filtered = not flt.everything
         self._inputs = session.numbers and flt.wants_part("input")
@@ -146,8 +141,33 @@ class CallRecorder:
             inputs = tensors_in(args, is_tensor, 1) + tensors_in(kwargs, is_tensor, 1)
             call.bwd_name, call.bwd_parent, call.n_in = bwd_name, bwd_parent, len(inputs)
             if self._always_backward or any(map(framework.may_get_grad, inputs)):
-                self._backward(call).hook(inputs, "output", self.grad_handles)
+                self._hook(self._backward(call), inputs, "output")
         return call
+
+    def _hook(self, backward: BackwardCall, tensors, key: str) -> None:
+        """Hooks `tensors` for `backward`: key `output` for the call's inputs, `input` for its outputs (the
+        backward sees them reversed). A tensor hooked already this step, and not changed in place since
+        (the same version: the same autograd node), gets a second place in its hook, not a second hook."""
+        if key == "input":
+            backward.n_out = len(tensors)
+        framework, slots, version_of = self.framework, self._slots, self.summarizer.version
+        for i, t in enumerate(tensors):
+            if not framework.may_get_grad(t):
+                continue
+            version = version_of(t)
+            slot = slots.get(id(t))
+            if slot is not None and version is not None and slot.version == version and slot.tensor() is t:
+                slot.places.append((backward, key, i))
+                continue
+            slot = _GradSlot((backward, key, i))
+            self.grad_handles.append(framework.on_grad(t, slot))
+            if version is not None:
+                try:
+                    slot.tensor = weakref.ref(t)
+                except TypeError:  # a tensor type without weak references: one hook per place
+                    continue
+                slot.version = version
+                slots[id(t)] = slot
 
     def _backward(self, call: Call) -> BackwardCall:
         backward = call.backward = BackwardCall(call.bwd_name, self.session, self.summarizer, call.n_in,
@@ -172,7 +192,7 @@ class CallRecorder:
             if backward is None and any(map(framework.may_get_grad, outputs)):  # e.g. a factory with
                 backward = self._backward(call)                                # requires_grad=True
             if backward is not None:
-                backward.hook(outputs, "input", self.grad_handles)
+                self._hook(backward, outputs, "input")
         if self._filtered:
             session.filter.on_end(call.name)
 
@@ -197,6 +217,7 @@ class CallRecorder:
             self.end(call, output)
 
     def end_step(self) -> None:
+        self._slots.clear()
         for handle in self.grad_handles:
             handle.remove()
         self.grad_handles.clear()
