@@ -289,6 +289,12 @@ def test_a_missing_kernel_is_said_once_and_the_numbers_stay(tmp_path, monkeypatc
         PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level="L1")
     err = capsys.readouterr().err
     assert err.count("not built") == 1 and "one-pass statistics kernel (core/_fast_stats.c) of" in err
+    monkeypatch.undo()                                          # the kernel back; only the adapter's route
+    monkeypatch.setattr(torch_summary, "FastEncoder", None)   # missing: said too, and only it
+    monkeypatch.setattr(core_debugger, "_kernel_warned", False)
+    PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level="L1")
+    err = capsys.readouterr().err
+    assert "value encoding (pytorch/_fast_encode.c) of msprobe_lite was not built" in err and "_fast_stats" not in err
     t = torch.randn(100, generator=torch.Generator().manual_seed(1))
     for g_, w in zip(tensor_stats(t), expected_stats(t)):
         assert math.isclose(g_, w, rel_tol=1e-6)

@@ -5,9 +5,9 @@ dominates, and `big` (d_model 256, 4 layers, seq 128, batch 8), where tensor wor
 configuration runs in a fresh process (the reference's debugger is a process-wide singleton); the step
 time includes start()/stop()/step(), i.e. writing the dump. AdamW's update runs inside start()/stop(), as
 in a user's loop, so L1 also records the optimizer's operations.
-Prints a table of median step times and slowdown factors, records and dump bytes per step, and writes JSON.
+Prints a table of median step times and slowdown factors, records and dump size (KB) per step, and writes JSON.
 The mean step time and the number of full garbage collections in the timed steps are printed beside the
-median: a full collection of a process that imported torch takes ~100 ms here, and how often one comes
+median: a full collection of a process that imported torch takes 100 to 170 ms here, and how often one comes
 depends on how many objects the debugger keeps alive within a step. The median does not show it; a long
 run's mean does (`--steps 100`).
 
@@ -175,7 +175,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.one:
         size, mode = args.one
-        print(json.dumps(run(size, mode, args.steps, args.warmup, args.tool)))
+        steps = args.steps or (30 if size == "small" else 6)
+        print(json.dumps(run(size, mode, steps, args.warmup, args.tool)))
         return 0
     rows = []
     for size in args.sizes:

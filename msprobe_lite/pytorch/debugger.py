@@ -6,6 +6,7 @@ import torch
 from ..core.debugger import Debugger
 from .api_capture import ApiCapture
 from .framework import TorchFramework
+from . import summary
 from .summary import TorchSummarizer
 
 
@@ -25,6 +26,10 @@ class PrecisionDebugger(Debugger):
         if dist.is_available() and dist.is_initialized():
             return dist.get_rank()
         return None
+
+    @staticmethod
+    def c_routes() -> tuple:
+        return (("value encoding (pytorch/_fast_encode.c)", summary.FastEncoder),)
 
     def make_summarizer(self):
         return TorchSummarizer(self.session)
