@@ -3,7 +3,8 @@
 Why C: every captured call encodes its arguments and its result, and a step of a small model has a few
 hundred calls with about a thousand tensors among them. In Python (core/values.py walking, core/summary.py
 caching, pytorch/summary.py summarising) a tensor costs 3-5 µs, most of it interpreter work around a kernel
-that takes a fraction of a microsecond on small tensors. Here a tensor costs about one microsecond.
+that takes a fraction of a microsecond on small tensors. Here a new small tensor costs about 1.5 µs
+(its attributes, the kernel, the summary and its cache entry), one seen before 0.1 µs.
 
 What is done here, with the same results as the Python route (tests compare the two):
 - the walk of ValueEncoder._walk for tensors, None, bool/int/float/str, tuples, lists and dicts; any other
@@ -30,12 +31,12 @@ typedef struct {
     PyObject_HEAD
     PyObject *tensor_types; /* tuple: the exact types summarised here (torch.Tensor, nn.Parameter) */
     PyObject *walk;         /* walk(value, depth) -> encoded: the Python route, for everything else */
-    PyObject *cache;        /* dict id -> (weakref, version, summary): the summarizer's own cache */
+    PyObject *cache;        /* dict id -> (weakref, version, summary): the summarizer's own (cleared in place) */
     PyObject *summarize;    /* summarize(t) -> summary: the Python route for a cache miss */
     PyObject *summary_type; /* TensorSummary */
     PyObject *kinds;        /* dict dtype -> (kernel kind, dtype name) for the dtypes read here */
     PyObject *strided;      /* torch.strided */
-    PyObject *shapes;       /* records._SHAPES: one plain tuple per distinct shape */
+    PyObject *shapes;       /* records.SHAPES: one plain tuple per distinct shape */
     int in_c;               /* summaries in C allowed (statistics of values, not md5) */
 } Encoder;
 
