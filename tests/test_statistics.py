@@ -284,14 +284,14 @@ def test_a_missing_kernel_is_said_once_and_the_numbers_stay(tmp_path, monkeypatc
 
     monkeypatch.setattr(core_statistics, "one_pass", None)
     monkeypatch.setattr(torch_summary, "one_pass", None)
-    monkeypatch.setattr(core_debugger, "_kernel_warned", False)
+    monkeypatch.setattr(core_debugger, "_c_routes_warned", False)
     for _ in range(2):
         PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level="L1")
     err = capsys.readouterr().err
     assert err.count("not built") == 1 and "one-pass statistics kernel (core/_fast_stats.c) of" in err
     monkeypatch.undo()                                          # the kernel back; only the adapter's route
     monkeypatch.setattr(torch_summary, "FastEncoder", None)   # missing: said too, and only it
-    monkeypatch.setattr(core_debugger, "_kernel_warned", False)
+    monkeypatch.setattr(core_debugger, "_c_routes_warned", False)
     PrecisionDebugger(task="statistics", dump_path=str(tmp_path), level="L1")
     err = capsys.readouterr().err
     assert "value encoding (pytorch/_fast_encode.c) of msprobe_lite was not built" in err and "_fast_stats" not in err

@@ -134,15 +134,21 @@ def run(size: str, mode: str, steps: int, warmup: int, tool: str = "msprobe_lite
                 json.dump(config, f)
             debugger = debugger_class(tool)(os.path.join(tmp, "config.json"))
         times, full_collections = [], []
-        gc.callbacks.append(lambda phase, info: phase == "start" and info["generation"] == 2
-                            and full_collections.append(1))
-        for i in range(warmup + steps):
-            if i == warmup:
-                full_collections.clear()
-            t0 = time.perf_counter()
-            train_step(model, opt, x, y, debugger)
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
+
+        def count_full(phase, info):
+            if phase == "start" and info["generation"] == 2:
+                full_collections.append(1)
+        gc.callbacks.append(count_full)
+        try:
+            for i in range(warmup + steps):
+                if i == warmup:
+                    full_collections.clear()
+                t0 = time.perf_counter()
+                train_step(model, opt, x, y, debugger)
+                if i >= warmup:
+                    times.append(time.perf_counter() - t0)
+        finally:
+            gc.callbacks.remove(count_full)
         result = {"tool": tool, "size": size, "mode": mode, "median_ms": statistics.median(times) * 1e3,
                   "mean_ms": statistics.mean(times) * 1e3, "full_gc": len(full_collections)}
         if debugger:

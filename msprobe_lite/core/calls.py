@@ -39,37 +39,37 @@ class Call:
 
 
 class BackwardCall:
-    """Collects the gradients of one forward call as they arrive; the record appears with the first one."""
+    """Collects the gradients of one forward call as they arrive; the record appears with the first one.
+    What the config fixes for the run (which parts, stacks) is the recorder's, decided once."""
 
-    __slots__ = ("name", "session", "summarizer", "record", "n_in", "n_out", "parent", "save_as", "framework")
+    __slots__ = ("name", "recorder", "record", "n_in", "n_out", "parent", "save_as")
 
-    def __init__(self, name, session, summarizer, n_in, framework):
-        self.framework = framework
-        self.parent = None  # construct.json parent, written only if the record appears
-        self.save_as = name if session.saves_tensors(name) else None
+    def __init__(self, name, recorder, n_in, parent):
         self.name = name
-        self.session = session
-        self.summarizer = summarizer
+        self.recorder = recorder
         self.record = None
         self.n_in = n_in
         self.n_out = 0
+        self.parent = parent  # construct.json parent, written only if the record appears
+        self.save_as = name if recorder.session.saves_tensors(name) else None
 
     def fill(self, key, index, grad) -> None:
-        session = self.session
+        recorder = self.recorder
+        session = recorder.session
         if not session.step_open or grad is None:  # MindSpore may report "no gradient" as None
             return
         if self.record is None:
             data = {}
-            if session.numbers and session.filter.wants_part("input"):
+            if recorder.inputs:
                 data["input"] = [None] * self.n_out
-            if session.numbers and session.filter.wants_part("output"):
+            if recorder.outputs:
                 data["output"] = [None] * self.n_in
             self.record = session.add(Record(self.name, data))
-            if session.config.extra_info:
+            if recorder.extra:
                 session.set_parent(self.name, self.parent)
         slots = self.record.data.get(key)
         if slots is not None and index < len(slots):
-            slots[index] = self.summarizer.summarize(grad, save_as=self.save_as, path=(key, index))
+            slots[index] = recorder.summarizer.summarize(grad, save_as=self.save_as, path=(key, index))
             session.touch()
 
 
@@ -100,7 +100,7 @@ class CallRecorder:
     """Begins and ends recorded calls; module hooks and the API capture both go through here.
 
     This runs for every captured call, so what the config fixes for the whole run (is anything filtered,
-    which parts are dumped, are tensors saved, are stacks kept) is decided once, here."""
+    which parts are dumped, are stacks kept) is decided once, here."""
 
     def __init__(self, session, summarizer, framework):
         self.framework = framework
@@ -110,10 +110,9 @@ class CallRecorder:
         self._slots = {}         # id(tensor) -> its _GradSlot this step, while the tensor is unchanged
         flt, config = session.filter, session.config
         self._filtered = not flt.everything
-        self._inputs = session.numbers and flt.wants_part("input")
-        self._outputs = session.numbers and flt.wants_part("output")
-        self._saving = config.task == "tensor" or bool(session.tensor_list)
-        self._extra = config.extra_info
+        self.inputs = session.numbers and flt.wants_part("input")
+        self.outputs = session.numbers and flt.wants_part("output")
+        self.extra = config.extra_info
         # without tensor hooks (MindSpore 2.0) the module backward hook fills every backward call it reaches
         self._always_backward = not framework.tensor_hooks
 
@@ -124,14 +123,14 @@ class CallRecorder:
         call = Call(name)
         if not filtered or session.filter.wants(name):
             call.record = record = Record(name)
-            call.save_as = save_as = name if self._saving and session.saves_tensors(name) else None
-            if self._inputs:
+            call.save_as = save_as = name if session.saves_tensors(name) else None
+            if self.inputs:
                 data = record.data
                 data["input_args"], data["input_kwargs"] = self.summarizer.encode_call(args, kwargs, save_as)
                 if params is not None:
                     data["parameters"] = {p: self.summarizer.summarize(t, save_as=save_as, path=("parameters", p))
                                           for p, t in params}
-            if self._extra:
+            if self.extra:
                 session.set_parent(name, parent)
                 stacks = session.stacks
                 stacks.add(name, stacks.capture())
@@ -170,9 +169,7 @@ class CallRecorder:
                 slots[id(t)] = slot
 
     def _backward(self, call: Call) -> BackwardCall:
-        backward = call.backward = BackwardCall(call.bwd_name, self.session, self.summarizer, call.n_in,
-                                                self.framework)
-        backward.parent = call.bwd_parent
+        backward = call.backward = BackwardCall(call.bwd_name, self, call.n_in, call.bwd_parent)
         return backward
 
     def end(self, call: Call, output, recorded_output=None) -> None:
@@ -180,7 +177,7 @@ class CallRecorder:
         session = self.session
         record = call.record
         if record is not None:
-            if self._outputs:
+            if self.outputs:
                 shown = output if recorded_output is None else recorded_output
                 record.data["output"] = self.summarizer.encode_output(shown, call.save_as)
             if not session.numbers or record.data:

@@ -16,19 +16,19 @@ from .session import Session
 
 MODULE_LEVELS = ("L0", "mix")
 API_LEVELS = ("L1", "mix")
-_kernel_warned = False
+_c_routes_warned = False
 
 
-def _warn_once_without_kernel(adapter_routes=()) -> None:
+def _warn_once_without_c_routes(adapter_routes=()) -> None:
     """pip says nothing when the optional C routes fail to build (no compiler): the user hears it here.
     `adapter_routes`: (what, the built object or None) pairs of the adapter's own C routes."""
-    global _kernel_warned
+    global _c_routes_warned
     routes = (("the one-pass statistics kernel (core/_fast_stats.c)", statistics.one_pass),
               ("dump.json text (core/_fast_json.c)", writer._record_lines_c),
               ("the stack walk (core/_fast_stack.c)", stacks._walk_c)) + tuple(adapter_routes)
     missing = [name for name, route in routes if route is None]
-    if missing and not _kernel_warned:
-        _kernel_warned = True
+    if missing and not _c_routes_warned:
+        _c_routes_warned = True
         log.warning("%s of msprobe_lite %s not built when the package was installed (no C compiler?): the "
                     "same records come from the Python routes, several times slower (without the kernel, "
                     "Mean and Norm may differ in their last digits). Reinstall with a C compiler to build "
@@ -58,7 +58,7 @@ class Debugger:
         self.saver = DebugSaver(self.session, self.summarizer, self.recorder)
         self._warned_save = False
         log.info("dumping task=%s level=%s to %s", self.config.task, self.config.level, self.config.dump_path)
-        _warn_once_without_kernel(self.c_routes())
+        _warn_once_without_c_routes(self.c_routes())
 
     # -- what an adapter provides ---------------------------------------------------------------------------
     @staticmethod

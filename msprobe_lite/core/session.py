@@ -51,6 +51,7 @@ class Session:
         self.files = writer.FileQueue()    # tensor files, written off the training thread
         self.numbers = config.task != "structure"
         self.tensor_list = config.statistics.tensor_list if config.task == "statistics" else []
+        self.saving = config.task == "tensor" or bool(self.tensor_list)  # are any tensors saved to files
         self.overflows = 0                 # overflow_check: overflowing calls written so far (all steps)
         self._reset_step()
         _register(self)
@@ -129,9 +130,9 @@ class Session:
 
     def saves_tensors(self, name: str) -> bool:
         """Task tensor saves every dumped tensor; statistics saves those of records named in tensor_list."""
-        if self.config.task == "tensor":
-            return True
-        return bool(self.tensor_list) and any(matches_fragment(name, f) for f in self.tensor_list)
+        if not self.saving or self.config.task == "tensor":
+            return self.saving
+        return any(matches_fragment(name, f) for f in self.tensor_list)
 
     def tensor_folder(self) -> str:
         return os.path.join(self.folder(), "dump_tensor_data")
@@ -141,9 +142,8 @@ class Session:
         return writer.step_rank_dir(self.config.dump_path, self.step, self.rank)
 
     def header(self) -> dict:
-        saving = self.config.task == "tensor" or bool(self.tensor_list)
         return {"task": self.config.task, "level": self.config.level, "framework": self.framework,
-                "dump_data_dir": self.tensor_folder() if saving else None}
+                "dump_data_dir": self.tensor_folder() if self.saving else None}
 
     # -- what a step writes, by task ------------------------------------------------------------------------
     def _records_to_write(self) -> list:

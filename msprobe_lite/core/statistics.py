@@ -23,8 +23,10 @@ try:
 except ImportError:  # built without a C compiler: the library routes alone
     one_pass = None
 
+# the kernel's kinds; a kind's code for C callers (_fast_stats.h) is its index here
+KERNEL_KINDS = ("float32", "float64", "bfloat16")
 # numpy dtype name -> the kernel's kind (ml_dtypes' bfloat16, MindSpore's, is read as its raw 2-byte items)
-ONE_PASS_KINDS = {"float32": "float32", "float64": "float64", "bfloat16": "bfloat16"}
+ONE_PASS_KINDS = {kind: kind for kind in KERNEL_KINDS}
 
 
 def one_pass_numpy(array):

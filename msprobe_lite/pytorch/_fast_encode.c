@@ -84,6 +84,7 @@ static PyObject *canonical_shape(Encoder *e, PyObject *t) {
     }
     PyObject *plain = PySequence_Tuple(shape);
     Py_DECREF(shape);
+    /* the bound of records.canonical_shape (_HEADS_MAX) */
     if (plain != NULL && PyDict_GET_SIZE(e->shapes) < 65536 && PyDict_SetItem(e->shapes, plain, plain) < 0)
         Py_CLEAR(plain);
     return plain;

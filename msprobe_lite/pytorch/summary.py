@@ -16,7 +16,7 @@ import torch
 from zlib_ng import zlib_ng
 
 from ..core.records import NO_STATS, SHAPES, PendingStats, TensorSummary, canonical_shape
-from ..core.statistics import FLOAT32_SQUARES, FLOAT64_SQUARES, norm_in_range, one_pass, scaled_norm
+from ..core.statistics import FLOAT32_SQUARES, FLOAT64_SQUARES, KERNEL_KINDS, norm_in_range, one_pass, scaled_norm
 from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
 from ..core.values import ValueEncoder
@@ -61,10 +61,10 @@ _max, _min, _sum = np.maximum.reduce, np.minimum.reduce, np.add.reduce
 _ONE_PASS = {torch.float32: ("float32", None, torch.float32), torch.float64: ("float64", None, torch.float64),
              torch.bfloat16: ("bfloat16", torch.int16, torch.bfloat16),
              torch.float16: ("float32", None, torch.float32)}
-# dtype -> (kernel kind, dtype name) of the tensors the C encoder summarises in place (contiguous CPU ones):
-# the kinds of _fast_stats.h, the names as `_summarize` writes them
-_IN_PLACE_KINDS = {torch.float32: (0, str(torch.float32)), torch.float64: (1, str(torch.float64)),
-                   torch.bfloat16: (2, str(torch.bfloat16))}
+# dtype -> (kernel kind code, dtype name) of the tensors the C encoder summarises in place (contiguous CPU
+# ones): the dtypes the kernel reads as they are, not staged as another
+_IN_PLACE_KINDS = {dtype: (KERNEL_KINDS.index(kind), str(dtype))
+                   for dtype, (kind, _, staged) in _ONE_PASS.items() if staged is dtype}
 _STAGING_MAX = 1 << 22   # elements: a staged copy up to 16 MB of float32 reuses one buffer per dtype
 # dtype -> 1-D CPU tensor, per thread: the copy and the kernel release the GIL, and summaries are also made
 # on other threads (an async collective completes on the backend's, autograd may call hooks on its own)
