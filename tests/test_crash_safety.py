@@ -72,7 +72,7 @@ def test_a_failing_hook_reports_once_and_training_goes_on(tmp_path, capsys, monk
         raise RuntimeError("summary exploded")
 
     # (a tensor whose statistics fail keeps its record: tests/test_reliability.py; here the hook itself fails)
-    monkeypatch.setattr(d.summarizer, "encode_call", broken)
+    monkeypatch.setattr(d.recorder, "_encode_call", broken)  # the recorder's bound summarizer.encode_call
     d.start(model=model)
     for _ in range(3):
         out = model(x)

@@ -115,6 +115,11 @@ class CallRecorder:
         self.extra = config.extra_info
         # without tensor hooks (MindSpore 2.0) the module backward hook fills every backward call it reaches
         self._always_backward = not framework.tensor_hooks
+        # bound once: each attribute lookup and wrapper call below is paid by every captured call
+        self._encode_call = summarizer.encode_call
+        self._recording_gradients = framework.recording_gradients
+        self._is_tensor = framework.is_tensor
+        self._may_get_grad = framework.may_get_grad
 
     def begin(self, name: str, bwd_name: str, args, kwargs, parent, bwd_parent, params=None) -> Call:
         session, filtered = self.session, self._filtered
@@ -123,23 +128,24 @@ class CallRecorder:
         call = Call(name)
         if not filtered or session.filter.wants(name):
             call.record = record = Record(name)
-            call.save_as = save_as = name if session.saves_tensors(name) else None
+            save_as = call.save_as = name if session.saving and session.saves_tensors(name) else None
             if self.inputs:
                 data = record.data
-                data["input_args"], data["input_kwargs"] = self.summarizer.encode_call(args, kwargs, save_as)
+                data["input_args"], data["input_kwargs"] = self._encode_call(args, kwargs, save_as)
                 if params is not None:
                     data["parameters"] = {p: self.summarizer.summarize(t, save_as=save_as, path=("parameters", p))
                                           for p, t in params}
             if self.extra:
-                session.set_parent(name, parent)
+                session.construct[name] = parent  # session.set_parent, inline: this runs for every call
                 stacks = session.stacks
                 stacks.add(name, stacks.capture())
-        framework = self.framework
-        if framework.recording_gradients() and (not filtered or session.filter.wants(bwd_name)):
-            is_tensor = framework.is_tensor
-            inputs = tensors_in(args, is_tensor, 1) + tensors_in(kwargs, is_tensor, 1)
+        if self._recording_gradients() and (not filtered or session.filter.wants(bwd_name)):
+            is_tensor = self._is_tensor
+            inputs = tensors_in(args, is_tensor, 1)
+            if kwargs:
+                inputs += tensors_in(kwargs, is_tensor, 1)
             call.bwd_name, call.bwd_parent, call.n_in = bwd_name, bwd_parent, len(inputs)
-            if self._always_backward or any(map(framework.may_get_grad, inputs)):
+            if self._always_backward or any(map(self._may_get_grad, inputs)):
                 self._hook(self._backward(call), inputs, "output")
         return call
 
@@ -174,38 +180,40 @@ class CallRecorder:
 
     def end(self, call: Call, output, recorded_output=None) -> None:
         """`recorded_output` replaces `output` in the record (an in-place `x[i] = y` records x, not None)."""
-        session = self.session
         record = call.record
         if record is not None:
             if self.outputs:
                 shown = output if recorded_output is None else recorded_output
                 record.data["output"] = self.summarizer.encode_output(shown, call.save_as)
+            session = self.session
             if not session.numbers or record.data:
-                session.add(record)
+                session.records[record.name] = record  # session.add, inline
+                session.dirty = True
         if call.bwd_name is not None:
-            framework = self.framework
-            outputs = tensors_in(output, framework.is_tensor)
+            outputs = tensors_in(output, self._is_tensor)
             backward = call.backward
-            if backward is None and any(map(framework.may_get_grad, outputs)):  # e.g. a factory with
-                backward = self._backward(call)                                # requires_grad=True
+            if backward is None and any(map(self._may_get_grad, outputs)):  # e.g. a factory with
+                backward = self._backward(call)                           # requires_grad=True
             if backward is not None:
                 self._hook(backward, outputs, "input")
         if self._filtered:
-            session.filter.on_end(call.name)
+            self.session.filter.on_end(call.name)
 
     def begin_api(self, key, args, kwargs, modules=None, parent=None) -> Call:
         """An API call, `key` = (prefix, api): records `{prefix}.{api}.{n}.forward` and `.backward`. Its
         parent is `parent` when given, else (mix level) the innermost module call of `modules`."""
         prefix, api = key
-        n = self.session.next_index(key)
+        counters = self.session.counters  # session.next_index, inline
+        n = counters.get(key, 0)
+        counters[key] = n + 1
+        stem = api_record(prefix, api, n, "")  # `{prefix}.{api}.{n}.`: both names from one format
         bwd_parent = None
         if parent is None and modules is not None:
             outer = modules.current()
             if outer is not None:
                 parent = outer.name
                 bwd_parent = outer.bwd_name  # set even before its backward collector exists
-        return self.begin(api_record(prefix, api, n, FORWARD), api_record(prefix, api, n, BACKWARD),
-                          args, kwargs, parent, bwd_parent)
+        return self.begin(stem + FORWARD, stem + BACKWARD, args, kwargs, parent, bwd_parent)
 
     def end_api(self, call: Call, api: str, args, output) -> None:
         if api == "__setitem__" and args:
