@@ -400,7 +400,19 @@ def _odd_values():
         None, True, 3, -2.5, "text", (1, 2.0, "x", None), [base, (base, [base.t()])], {"k": base, 3: base[0]},
         Pair(base, 1), slice(1, None, 2), Ellipsis, torch.Size([2, 3]), torch.float16, torch.device("cpu"),
         {"nested": {"deeper": [base, {"x": None}]}}, deep, (), [], {},
-    ]
+    ] + _strided_views(g)
+
+
+def _strided_views(g) -> list:
+    """Layouts the C encoder reads in place as rows of memory, and ones it leaves to the Python route."""
+    qkv = torch.randn(2, 6, 3 * 8, generator=g)
+    q, k, v = qkv.split(8, dim=-1)
+    base = torch.randn(3, 4, 5, 2, generator=g)
+    views = [q, k, v, v.view(2, 6, 2, 4).transpose(1, 2), k.transpose(-2, -1), base.permute(3, 1, 0, 2),
+             base[:, 1:3], base[::2, :, 1:], base[..., 0], base[:, :1, 2:], base.transpose(0, 1)[1:],
+             base.reshape(-1).as_strided((5, 6), (4, 1)), base.reshape(-1).as_strided((4, 3), (1, 5)),
+             base.reshape(-1)[::3], base.unsqueeze(2).expand(3, 4, 2, 5, 2)]
+    return views + [t.to(dtype) for t in views[:6] for dtype in (torch.bfloat16, torch.float64)]
 
 
 def _encoded_text(summarizer, value) -> bytes:
@@ -426,6 +438,20 @@ def test_c_encoder_and_python_walk_encode_every_value_alike(monkeypatch):
     assert fast.encode_call(*call) == fast.encode_call(*call)  # cached: the same summaries
     got = [[s.to_json() for s in part] for part in (fast.encode_call(call[0], {})[0], slow.encode_call(call[0], {})[0])]
     assert got[0] == got[1]
+
+
+def test_c_encoder_reads_rows_of_memory_in_place(monkeypatch):
+    """Transposed and sliced views (a transformer's q, k, v and heads) are summarised in C; layouts that are
+    not rows of memory (gaps at two levels, a last dimension with gaps, overlapping or expanded) go to the
+    Python route."""
+    s = TorchSummarizer(_Session())
+    to_python = []
+    monkeypatch.setattr(s, "_summarize", lambda t: to_python.append(t) or TorchSummarizer._summarize(s, t))
+    views = _strided_views(torch.Generator().manual_seed(3))
+    for t in views:
+        s.encode(t)
+    in_python = {id(t) for t in to_python}
+    assert [i for i, t in enumerate(views) if id(t) in in_python] == [7, 8, 11, 13, 14]
 
 
 def test_c_encoder_caches_by_identity_and_version(encoder_route):

@@ -10,9 +10,10 @@ What is done here, with the same results as the Python route (tests compare the 
 - the walk of ValueEncoder._walk for tensors, None, bool/int/float/str, tuples, lists and dicts; any other
   value (namedtuples, slices, framework objects, tensor subclasses) is handed to the Python walk;
 - the summary cache of Summarizer._cached: entries (weak reference, _version, summary) keyed by id;
-- summaries of CPU float32/float64/bfloat16 tensors that are contiguous, not lazily negated and not empty,
-  read in place by the one-pass kernel of core/_fast_stats.c. Every other tensor, and values that are not
-  all finite, are summarised by the Python route (`summarize`).
+- summaries of CPU float32/float64/bfloat16 tensors that are not lazily negated and not empty, and whose
+  values are contiguous or rows of memory (a transposed tensor, q/k/v sliced out of one projection: the
+  layouts of summary.py `_rows`), read in place by the one-pass kernel of core/_fast_stats.c. Every other
+  tensor, and values that are not all finite, are summarised by the Python route (`summarize`).
 Used only while no tensor file is written for the record (the file names need each value's path).
 */
 #define PY_SSIZE_T_CLEAN
@@ -24,7 +25,7 @@ Used only while no tensor file is written for the record (the file names need ea
 
 static FastStatsApi *STATS;
 static PyObject *S_version, *S_dtype, *S_is_meta, *S_is_cpu, *S_layout, *S_is_contiguous, *S_is_neg, *S_numel,
-    *S_data_ptr, *S_shape, *S_requires_grad, *S_type, *S_value, *S_torch_tensor;
+    *S_data_ptr, *S_shape, *S_stride, *S_requires_grad, *S_type, *S_value, *S_torch_tensor;
 static PyObject *TYPE_NAMES[4]; /* "bool", "int", "float", "str" */
 
 typedef struct {
@@ -121,10 +122,54 @@ python:
     return for_python();
 }
 
+#define MAX_DIMS 64
+
+/* The layout rule of pytorch/summary.py `_rows`: 1 and (rows, run, stride) when the values of `shape` and
+   `strides` are `rows` runs of `run` contiguous items, `stride` items apart, in some order of the dimensions
+   (a permuted tensor: one run; q, k and v sliced out of one projection: rows); 0 for other layouts. */
+static int rows_of(PyObject *shape, PyObject *strides, Py_ssize_t *rows, Py_ssize_t *run, Py_ssize_t *stride) {
+    Py_ssize_t ndim = PyTuple_GET_SIZE(strides), dims[MAX_DIMS][2], n = 0; /* (stride, size), size != 1 */
+    if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) != ndim || ndim > MAX_DIMS)
+        return 0;
+    for (Py_ssize_t i = 0; i < ndim; i++) {
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        Py_ssize_t step = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
+        if ((size == -1 || step == -1) && PyErr_Occurred())
+            return 0;
+        if (size == 1)
+            continue;
+        Py_ssize_t j = n++; /* insertion by (stride, size), as `sorted` orders the pairs */
+        while (j > 0 && (dims[j - 1][0] > step || (dims[j - 1][0] == step && dims[j - 1][1] > size))) {
+            dims[j][0] = dims[j - 1][0];
+            dims[j][1] = dims[j - 1][1];
+            j--;
+        }
+        dims[j][0] = step;
+        dims[j][1] = size;
+    }
+    Py_ssize_t groups = 0; /* merged in place: a dimension that continues the previous group joins it */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (groups && dims[i][0] == dims[groups - 1][0] * dims[groups - 1][1]) {
+            dims[groups - 1][1] *= dims[i][1];
+        } else {
+            if (groups == 2)
+                return 0;
+            dims[groups][0] = dims[i][0];
+            dims[groups][1] = dims[i][1];
+            groups++;
+        }
+    }
+    if (groups == 0 || dims[0][0] != 1)
+        return 0;
+    *run = dims[0][1];
+    *rows = groups == 1 ? 1 : dims[1][1];
+    *stride = groups == 1 ? *run : dims[1][0];
+    return *stride >= *run;
+}
+
 /* summary_in_c once the dtype is one the kernel reads. */
 static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
-    if (attr_bool(t, S_is_meta) != 0 || attr_bool(t, S_is_cpu) != 1 || method_bool(t, S_is_contiguous) != 1 ||
-        method_bool(t, S_is_neg) != 0)
+    if (attr_bool(t, S_is_meta) != 0 || attr_bool(t, S_is_cpu) != 1 || method_bool(t, S_is_neg) != 0)
         goto python;
     PyObject *layout = PyObject_GetAttr(t, S_layout);
     if (layout == NULL)
@@ -137,6 +182,19 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
     Py_XDECREF(numel);
     if (n <= 0)
         goto python;
+    Py_ssize_t rows = 1, run = n, stride = n;
+    int contiguous = method_bool(t, S_is_contiguous);
+    if (contiguous < 0)
+        goto python;
+    if (!contiguous) { /* read in place when its values are rows of memory, as the Python route does */
+        PyObject *shape = PyObject_GetAttr(t, S_shape);
+        PyObject *strides = shape ? PyObject_CallMethodNoArgs(t, S_stride) : NULL;
+        int fits = strides && PyTuple_Check(strides) && rows_of(shape, strides, &rows, &run, &stride);
+        Py_XDECREF(shape);
+        Py_XDECREF(strides);
+        if (!fits || rows * run != n)
+            goto python;
+    }
     PyObject *address = PyObject_CallMethodNoArgs(t, S_data_ptr);
     void *data = address ? PyLong_AsVoidPtr(address) : NULL;
     Py_XDECREF(address);
@@ -145,7 +203,7 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
     double out[4];
     /* The GIL stays held: a tensor object does not pin its memory (another thread's `t.set_()`, `t.data =`
        or `resize_()` would free it), and with the GIL no Python code runs until the kernel is done. */
-    if (!STATS->one_pass((const char *)data, 1, n, n, (int)PyLong_AsLong(PyTuple_GET_ITEM(kind, 0)), 0, out))
+    if (!STATS->one_pass((const char *)data, rows, run, stride, (int)PyLong_AsLong(PyTuple_GET_ITEM(kind, 0)), 0, out))
         goto python; /* NaN or an infinity: the library route knows the spec's rules for them */
     PyObject *shape = canonical_shape(e, t);
     int grad = shape ? attr_bool(t, S_requires_grad) : -1;
@@ -453,6 +511,7 @@ PyMODINIT_FUNC PyInit__fast_encode(void) {
     INTERN(S_numel, "numel");
     INTERN(S_data_ptr, "data_ptr");
     INTERN(S_shape, "shape");
+    INTERN(S_stride, "stride");
     INTERN(S_requires_grad, "requires_grad");
     INTERN(S_type, "type");
     INTERN(S_value, "value");
