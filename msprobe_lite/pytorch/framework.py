@@ -1,6 +1,8 @@
 """PyTorch's side of the hook contract (`core.framework.Framework`): tensors, autograd hooks, module trees."""
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from ..core.framework import Framework, NoHandle
@@ -11,15 +13,12 @@ class TorchFramework(Framework):
     module_kind = "Module"
     module_type = torch.nn.Module
 
-    @staticmethod
-    def is_tensor(value) -> bool:
-        return isinstance(value, torch.Tensor)
+    # Both run for every tensor argument of every captured call: C callables, no Python frame each.
+    # `type.__instancecheck__` bound to torch.Tensor is `isinstance(value, torch.Tensor)` itself.
+    is_tensor = staticmethod(torch.Tensor.__instancecheck__)
+    may_get_grad = staticmethod(operator.attrgetter("requires_grad"))
 
     recording_gradients = staticmethod(torch.is_grad_enabled)
-
-    @staticmethod
-    def may_get_grad(tensor) -> bool:
-        return tensor.requires_grad
 
     @staticmethod
     def on_grad(tensor, fn):
