@@ -454,6 +454,21 @@ def test_c_encoder_reads_rows_of_memory_in_place(monkeypatch):
     assert [i for i, t in enumerate(views) if id(t) in in_python] == [7, 8, 11, 13, 14]
 
 
+def test_methods_set_on_a_tensor_object_do_not_redirect_the_read(monkeypatch):
+    """The kernel reads the memory numel(), stride() and data_ptr() describe: it asks the tensor's class,
+    so an attribute set on one tensor object (wrong, or hostile) cannot make it read elsewhere."""
+    fast = TorchSummarizer(_Session())
+    monkeypatch.setattr(torch_summary, "FastEncoder", None)
+    slow = TorchSummarizer(_Session())
+    t = torch.arange(6.0).reshape(2, 3).t()
+    u = torch.arange(6.0)
+    t.stride, t.data_ptr = (lambda: (1, 1 << 40)), (lambda: 8)
+    u.numel, u.is_contiguous = (lambda: 1 << 40), (lambda: True)
+    for v in (t, u):
+        assert _encoded_text(fast, v) == _encoded_text(slow, v)
+        assert fast.encode(v).stats == (5.0, 0.0, 2.5, math.sqrt(55.0))
+
+
 def test_c_encoder_caches_by_identity_and_version(encoder_route):
     s = TorchSummarizer(_Session())
     t = torch.arange(8.0)

@@ -60,8 +60,19 @@ static int attr_bool(PyObject *t, PyObject *name) {
     return r;
 }
 
+/* t.name() as t's class defines it. The kernel reads the memory that numel(), stride() and data_ptr()
+   describe: a method set on one tensor object (`t.stride = ...`) must not redirect the read. */
+static PyObject *call_own(PyObject *t, PyObject *name) {
+    PyObject *method = PyObject_GetAttr((PyObject *)Py_TYPE(t), name);
+    if (method == NULL)
+        return NULL;
+    PyObject *result = PyObject_CallOneArg(method, t);
+    Py_DECREF(method);
+    return result;
+}
+
 static int method_bool(PyObject *t, PyObject *name) {
-    PyObject *v = PyObject_CallMethodNoArgs(t, name);
+    PyObject *v = call_own(t, name);
     if (v == NULL)
         return -1;
     int r = PyObject_IsTrue(v);
@@ -177,7 +188,7 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
     Py_DECREF(layout); /* torch.strided lives as long as torch: comparing the pointer is enough */
     if (layout != e->strided)
         goto python;
-    PyObject *numel = PyObject_CallMethodNoArgs(t, S_numel);
+    PyObject *numel = call_own(t, S_numel);
     Py_ssize_t n = numel ? PyLong_AsSsize_t(numel) : -1;
     Py_XDECREF(numel);
     if (n <= 0)
@@ -188,14 +199,14 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
         goto python;
     if (!contiguous) { /* read in place when its values are rows of memory, as the Python route does */
         PyObject *shape = PyObject_GetAttr(t, S_shape);
-        PyObject *strides = shape ? PyObject_CallMethodNoArgs(t, S_stride) : NULL;
+        PyObject *strides = shape ? call_own(t, S_stride) : NULL;
         int fits = strides && PyTuple_Check(strides) && rows_of(shape, strides, &rows, &run, &stride);
         Py_XDECREF(shape);
         Py_XDECREF(strides);
         if (!fits || rows * run != n)
             goto python;
     }
-    PyObject *address = PyObject_CallMethodNoArgs(t, S_data_ptr);
+    PyObject *address = call_own(t, S_data_ptr);
     void *data = address ? PyLong_AsVoidPtr(address) : NULL;
     Py_XDECREF(address);
     if (data == NULL)
