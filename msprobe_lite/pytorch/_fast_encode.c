@@ -21,8 +21,6 @@ Used only while no tensor file is written for the record (the file names need ea
 
 #include "_fast_stats.h"
 
-#define MAX_DEPTH 32 /* core/values.py MAX_DEPTH */
-
 static FastStatsApi *STATS;
 static PyObject *S_version, *S_dtype, *S_is_meta, *S_is_cpu, *S_layout, *S_is_contiguous, *S_is_neg, *S_numel,
     *S_data_ptr, *S_shape, *S_stride, *S_requires_grad, *S_type, *S_value, *S_torch_tensor;
@@ -37,7 +35,8 @@ typedef struct {
     PyObject *summary_type; /* TensorSummary */
     PyObject *kinds;        /* dict dtype -> (kernel kind, dtype name) for the dtypes read here */
     PyObject *strided;      /* torch.strided */
-    PyObject *shapes;       /* records.SHAPES: one plain tuple per distinct shape */
+    PyObject *shape_of;     /* records.canonical_shape */
+    int max_depth;          /* values.MAX_DEPTH: deeper values go to the Python walk, which ends them */
     int in_c;               /* summaries in C allowed (statistics of values, not md5) */
 } Encoder;
 
@@ -80,25 +79,13 @@ static int method_bool(PyObject *t, PyObject *name) {
     return r;
 }
 
+/* records.canonical_shape(t.shape): one shared plain tuple per distinct shape (called once per new summary). */
 static PyObject *canonical_shape(Encoder *e, PyObject *t) {
     PyObject *shape = PyObject_GetAttr(t, S_shape);
     if (shape == NULL)
         return NULL;
-    PyObject *known = PyDict_GetItemWithError(e->shapes, shape);
-    if (known != NULL) {
-        Py_DECREF(shape);
-        Py_INCREF(known);
-        return known;
-    }
-    if (PyErr_Occurred()) {
-        Py_DECREF(shape);
-        return NULL;
-    }
-    PyObject *plain = PySequence_Tuple(shape);
+    PyObject *plain = PyObject_CallOneArg(e->shape_of, shape);
     Py_DECREF(shape);
-    /* the bound of records.canonical_shape (_HEADS_MAX) */
-    if (plain != NULL && PyDict_GET_SIZE(e->shapes) < 65536 && PyDict_SetItem(e->shapes, plain, plain) < 0)
-        Py_CLEAR(plain);
     return plain;
 }
 
@@ -352,7 +339,7 @@ static PyObject *walk(Encoder *e, PyObject *v, int depth) {
     if (kind == &PyUnicode_Type)
         return scalar(v, TYPE_NAMES[3]);
     if (kind == &PyTuple_Type || kind == &PyList_Type) {
-        if (depth >= MAX_DEPTH)
+        if (depth >= e->max_depth)
             Py_RETURN_NONE;
         if (Py_EnterRecursiveCall(" while encoding call values"))
             return NULL;
@@ -371,7 +358,7 @@ static PyObject *walk(Encoder *e, PyObject *v, int depth) {
         Py_LeaveRecursiveCall();
         return out;
     }
-    if (kind == &PyDict_Type && depth < MAX_DEPTH) {
+    if (kind == &PyDict_Type && depth < e->max_depth) {
         if (Py_EnterRecursiveCall(" while encoding call values"))
             return NULL;
         PyObject *out = PyDict_New(), *key, *value;
@@ -398,12 +385,12 @@ static PyObject *Encoder_encode(Encoder *e, PyObject *value) { return walk(e, va
 
 static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"tensor_types", "walk", "cache", "summarize", "summary_type", "kinds", "strided",
-                            "shapes", "in_c", NULL};
-    PyObject *tensor_types, *walk_, *cache, *summarize, *summary_type, *kinds, *strided, *shapes;
-    int in_c;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OO!p:Encoder", names, &PyTuple_Type, &tensor_types,
+                            "shape_of", "max_depth", "in_c", NULL};
+    PyObject *tensor_types, *walk_, *cache, *summarize, *summary_type, *kinds, *strided, *shape_of;
+    int max_depth, in_c;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OOip:Encoder", names, &PyTuple_Type, &tensor_types,
                                      &walk_, &PyDict_Type, &cache, &summarize, &summary_type, &PyDict_Type,
-                                     &kinds, &strided, &PyDict_Type, &shapes, &in_c))
+                                     &kinds, &strided, &shape_of, &max_depth, &in_c))
         return -1;
     PyObject *key, *value;
     Py_ssize_t pos = 0;
@@ -430,7 +417,8 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
         return -1;
     Py_XSETREF(e->kinds, own_kinds);
     KEEP(strided, strided);
-    KEEP(shapes, shapes);
+    KEEP(shape_of, shape_of);
+    e->max_depth = max_depth;
     e->in_c = in_c;
     return 0;
 }
@@ -443,7 +431,7 @@ static int Encoder_traverse(Encoder *e, visitproc visit, void *arg) {
     Py_VISIT(e->summary_type);
     Py_VISIT(e->kinds);
     Py_VISIT(e->strided);
-    Py_VISIT(e->shapes);
+    Py_VISIT(e->shape_of);
     return 0;
 }
 
@@ -455,7 +443,7 @@ static int Encoder_clear(Encoder *e) {
     Py_CLEAR(e->summary_type);
     Py_CLEAR(e->kinds);
     Py_CLEAR(e->strided);
-    Py_CLEAR(e->shapes);
+    Py_CLEAR(e->shape_of);
     return 0;
 }
 
@@ -489,7 +477,8 @@ static PyTypeObject EncoderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe_lite.pytorch._fast_encode.Encoder",
     .tp_basicsize = sizeof(Encoder),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Encoder(tensor_types, walk, cache, summarize, summary_type, kinds, strided, shapes, in_c)\n\n"
+    .tp_doc = "Encoder(tensor_types, walk, cache, summarize, summary_type, kinds, strided, shape_of, max_depth, "
+              "in_c)\n\n"
               "Called with a value, returns it encoded as ValueEncoder.encode(value, summarizer._tensor_leaf) "
               "would (see the module's docstring).",
     .tp_new = Encoder_new,

@@ -15,11 +15,11 @@ import numpy as np
 import torch
 from zlib_ng import zlib_ng
 
-from ..core.records import NO_STATS, SHAPES, PendingStats, TensorSummary, canonical_shape
+from ..core.records import NO_STATS, PendingStats, TensorSummary, canonical_shape
 from ..core.statistics import FLOAT32_SQUARES, FLOAT64_SQUARES, KERNEL_KINDS, norm_in_range, one_pass, scaled_norm
 from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
-from ..core.values import ValueEncoder
+from ..core.values import MAX_DEPTH, ValueEncoder
 from ..core.writer import write_bytes_atomic
 
 try:  # call values to dump values in C: the walk, the cache and CPU float summaries (see _fast_encode.c)
@@ -275,7 +275,7 @@ class TorchSummarizer(Summarizer):
             self.fast_encode = FastEncoder(
                 (torch.Tensor, torch.nn.Parameter),
                 lambda value, depth: encoder.encode(value, self._tensor_leaf, (), depth),
-                self._cache, self._fresh, TensorSummary, _IN_PLACE_KINDS, torch.strided, SHAPES,
+                self._cache, self._fresh, TensorSummary, _IN_PLACE_KINDS, torch.strided, canonical_shape, MAX_DEPTH,
                 in_c=not self.md5)
 
     # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
