@@ -35,6 +35,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SIZES = {"small": dict(d=64, layers=2, seq=16, batch=4), "big": dict(d=256, layers=4, seq=128, batch=8)}
+DEFAULT_STEPS = {"small": 30, "big": 6}  # timed steps per configuration
 # mode -> (task, level, summary_mode); None = no debugger
 MODES = {"off": None, "L0": ("statistics", "L0", "statistics"), "L1": ("statistics", "L1", "statistics"),
          "mix": ("statistics", "mix", "statistics"), "md5": ("statistics", "L1", "md5"),
@@ -181,12 +182,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.one:
         size, mode = args.one
-        steps = args.steps or (30 if size == "small" else 6)
+        steps = args.steps or DEFAULT_STEPS[size]
         print(json.dumps(run(size, mode, steps, args.warmup, args.tool)))
         return 0
     rows = []
     for size in args.sizes:
-        steps = args.steps or (30 if size == "small" else 6)
+        steps = args.steps or DEFAULT_STEPS[size]
         base = in_fresh_process(size, "off", steps, args)
         rows.append(base)
         for mode in args.modes:

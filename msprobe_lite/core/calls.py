@@ -120,6 +120,7 @@ class CallRecorder:
         self._recording_gradients = framework.recording_gradients
         self._is_tensor = framework.is_tensor
         self._may_get_grad = framework.may_get_grad
+        self._version = summarizer.version
 
     def begin(self, name: str, bwd_name: str, args, kwargs, parent, bwd_parent, params=None) -> Call:
         session, filtered = self.session, self._filtered
@@ -155,9 +156,9 @@ class CallRecorder:
         (the same version: the same autograd node), gets a second place in its hook, not a second hook."""
         if key == "input":
             backward.n_out = len(tensors)
-        framework, slots, version_of = self.framework, self._slots, self.summarizer.version
+        framework, slots, version_of, may_get_grad = self.framework, self._slots, self._version, self._may_get_grad
         for i, t in enumerate(tensors):
-            if not framework.may_get_grad(t):
+            if not may_get_grad(t):
                 continue
             version = version_of(t)
             slot = slots.get(id(t))

@@ -110,6 +110,8 @@ class Session:
             self.finished = True
 
     # -- used by hooks ---------------------------------------------------------------------------------------
+    # CallRecorder does what next_index, add and set_parent do inline for every captured call (a method call
+    # each is measurable there): a change to one of them belongs in calls.py too.
     def next_index(self, key) -> int:
         """Call index of `key` (an API or a module path) within the step; filters never change it."""
         n = self.counters.get(key, 0)

@@ -25,16 +25,14 @@ except ImportError:  # built without a C compiler: the library routes alone
 
 # the kernel's kinds; a kind's code for C callers (_fast_stats.h) is its index here
 KERNEL_KINDS = ("float32", "float64", "bfloat16")
-# numpy dtype name -> the kernel's kind (ml_dtypes' bfloat16, MindSpore's, is read as its raw 2-byte items)
-ONE_PASS_KINDS = {kind: kind for kind in KERNEL_KINDS}
 
 
 def one_pass_numpy(array):
     """(Max, Min, Mean, Norm) of a non-empty float32/float64/bfloat16 numpy array in one pass, or None when
     the kernel is not built, the dtype is another, or the values are not all finite. The kernel reads raw
     native items: other byte orders are numpy's."""
-    kind = ONE_PASS_KINDS.get(array.dtype.name) if one_pass is not None else None
-    if kind is None or not array.dtype.isnative:
+    kind = array.dtype.name  # numpy's names are the kernel's (ml_dtypes' bfloat16, MindSpore's: raw 2-byte items)
+    if one_pass is None or kind not in KERNEL_KINDS or not array.dtype.isnative:
         return None
     flat = array.ravel()  # a view when contiguous, else a contiguous copy (reshape could keep strides)
     return one_pass(flat.view("uint16") if kind == "bfloat16" else flat, kind)

@@ -133,25 +133,26 @@ def dump_json_chunks(header: dict, records, per: int = 4096):
     in execution order. Written piece by piece, a long step never holds its whole text in memory."""
     head = json.dumps(header)[:-1]  # drop the closing brace, `data` goes last
     yield f'{head}, "data": {{'.encode("utf-8")
-    records, sep, texts = iter(records), b"\n", {}
+    records, sep = iter(records), b"\n"
     while True:
         chunk = list(itertools.islice(records, per))
         if not chunk:
             break
-        yield sep + record_lines(chunk, texts)
+        yield sep + record_lines(chunk)
         sep = b",\n"
     yield b"}}\n" if sep == b"\n" else b"\n}}\n"
 
 
-def record_lines(records: list, texts: dict | None = None) -> bytes:
-    """`"name": {data}` for each record, one per line (`,\n` between): in C when the kernel is built."""
+def record_lines(records: list) -> bytes:
+    """`"name": {data}` for each record, one per line (`,\n` between): in C when the kernel is built. Each
+    route formats a summary once per call (one chunk of records) and copies its text where it recurs."""
     if _record_lines_c is not None:
         return _record_lines_c(records, TensorSummary, SavedTensor, _json_fallback, _json_name)
-    return record_lines_python(records, {} if texts is None else texts)
+    return record_lines_python(records, {})
 
 
 def record_lines_python(records: list, texts: dict) -> bytes:
-    """The Python route of `record_lines`; `texts` (id(summary) -> (summary, JSON text)) lasts one write: a
+    """The Python route of `record_lines`; `texts` (id(summary) -> (summary, JSON text)) lasts one call: a
     summary recurs in several records (the output of one call is the input of the next)."""
     return ",\n".join([f"{_json_name(r.name)}: {value_json(r.data, texts)}" for r in records]).encode("utf-8")
 
