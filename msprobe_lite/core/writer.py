@@ -165,7 +165,7 @@ def value_json(value, texts: dict) -> str:
     """`json.dumps(value, default=json_default)`, byte for byte, for an encoded record value.
 
     The usual shapes (dicts with string keys, lists, summaries, scalars) are joined here; a summary's text is
-    made once per write and kept in `texts` (by id: the summaries are alive for the whole write), since the
+    made once per `record_lines` call and kept in `texts` (by id: the summaries are alive meanwhile), since the
     output of one call is usually the input of the next. The leaves inside lists and dicts (summaries,
     strings, numbers, None: nearly every value of a record) are formatted inline, without a call each.
     Anything else goes through json itself."""
