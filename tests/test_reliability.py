@@ -567,6 +567,62 @@ def test_record_text_is_what_json_writes(record_lines):
     assert record_lines([]) == b""
 
 
+def _doubles_hard_to_print(rnd) -> list:
+    """Finite doubles from every corner of the format: random bit patterns (every exponent), float32 values
+    (the Max and Min of most tensors), integers, powers of ten and two with their neighbours, subnormals."""
+    import math
+    import struct
+
+    def from_bits(fmt, bits):
+        return struct.unpack(fmt, rnd.getrandbits(bits).to_bytes(struct.calcsize(fmt), "little"))[0]
+
+    values = [from_bits("<d", 64) for _ in range(150_000)] + [from_bits("<f", 32) for _ in range(150_000)]
+    values += [from_bits("<d", 52) for _ in range(20_000)]  # subnormals
+    values += [rnd.uniform(-10, 10) for _ in range(50_000)]
+    values += [float(rnd.randrange(-2 ** 62, 2 ** 62) >> rnd.randrange(62)) for _ in range(50_000)]
+    for e in range(-324, 309):
+        for m in ("1", "2", "5", "9", "1.5", "2.5", "9.5", "9.999999999999999", "4.9406564584124654"):
+            v = float(f"{m}e{e}")
+            values += [v, math.nextafter(v, 0), math.nextafter(v, math.inf)]
+    for e in range(-1074, 1024):
+        v = math.ldexp(1.0, e)
+        values += [v, math.nextafter(v, 0), math.nextafter(v, math.inf), v * 1.5]
+    values += [0.0, -0.0, 0.1, 0.1 + 0.2, 1 / 3, 123.0, 1e15, 1e16, 1e-4, 1e-5, 2.0 ** 53 + 2, sys.float_info.max,
+               sys.float_info.min, 5e-324]
+    values += [-v for v in values]
+    return [v for v in values if math.isfinite(v)]
+
+
+def test_c_floats_are_written_as_float_repr():
+    """The C writer formats floats itself (core/_shortest_float.h, not CPython's dtoa): the characters must be
+    float.__repr__'s, as json.dumps writes them, for every double."""
+    import random
+
+    from msprobe_lite.core import writer
+    from msprobe_lite.core.records import Record
+
+    assert writer._record_lines_c is not None
+    values = _doubles_hard_to_print(random.Random(20261125))
+    assert len(values) > 800_000
+    written = writer.record_lines([Record("r", values)]).decode()
+    if written != '"r": ' + json.dumps(values):
+        wrong = [(v, text) for v, text in zip(values, written[6:-1].split(", ")) if text != repr(v)]
+        pytest.fail(f"{len(wrong)} floats differ from repr, e.g. {wrong[:5]}")
+
+
+def test_the_powers_of_five_table_is_what_its_generator_writes():
+    """core/_pow5_tables.h is generated (tools/make_float_tables.py) by exact integer arithmetic."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "tools"))
+    try:
+        import make_float_tables
+    finally:
+        sys.path.pop(0)
+    with open(os.path.join(root, "msprobe_lite", "core", "_pow5_tables.h"), encoding="utf-8") as f:
+        assert f.read() == make_float_tables.header()
+    assert make_float_tables.pow5_inv(1) == (1 << 127) // 5 + 1 and make_float_tables.pow5(1) == 5 << 122
+
+
 def test_a_summary_freed_while_a_record_is_written_never_lends_its_text(record_lines):
     """Summary texts are reused within a write by identity; a summary replaced while Python code runs (a
     fallback here, another thread in a run) must not pass its text to a new object at the same address."""

@@ -2,8 +2,8 @@
 
 Why C: formatting a step's records is one of the largest costs of a dumped step (about 9 µs a record in
 Python: a few hundred records a step, each a nest of lists, dicts and tensor summaries). Here a record
-costs about a microsecond; most of that is float.__repr__ itself (PyOS_double_to_string, the same function,
-so the digits are the same).
+costs about a microsecond. Floats are written by core/_shortest_float.h, which gives float.__repr__'s
+characters without CPython's dtoa (the largest part of the cost before).
 
 What is formatted here: exact dicts with str keys, lists, str, float, int, bool and None, and tensor
 summaries whose fields have their usual types (see summary()). Anything else (a non-str key, a subclass, an
@@ -15,6 +15,8 @@ so the output is json.dumps(..., ensure_ascii=True) byte for byte in every case.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "_shortest_float.h"
 
 typedef struct {
     char *data;
@@ -94,19 +96,27 @@ static int put_str(buf_t *b, PyObject *s, PyObject *escape) {
     return 0;
 }
 
-/* float.__repr__ for finite values, json's NaN / Infinity / -Infinity otherwise. */
+/* float.__repr__ for finite values (core/_shortest_float.h: the same characters, without dtoa), json's NaN /
+   Infinity / -Infinity otherwise. */
 static int put_float(buf_t *b, double v) {
     if (!isfinite(v)) {
         if (isnan(v))
             return PUT(b, "NaN");
         return v > 0 ? PUT(b, "Infinity") : PUT(b, "-Infinity");
     }
+#if SHORTEST_FLOAT
+    if (grow(b, 32) < 0)
+        return -1;
+    b->len += format_repr(v, b->data + b->len);
+    return 0;
+#else
     char *text = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     if (text == NULL)
         return -1;
     int rc = put(b, text, (Py_ssize_t)strlen(text));
     PyMem_Free(text);
     return rc;
+#endif
 }
 
 static int put_int(buf_t *b, PyObject *v) {
