@@ -486,9 +486,11 @@ def test_a_long_step_costs_its_compact_records_and_one_write(tmp_path, monkeypat
 @pytest.mark.parametrize("level", ["L1", "mix"])
 def test_a_step_keeps_few_objects_for_the_garbage_collector(tmp_path, level):
     """Everything a step keeps until it is written outlives the young collections and counts towards the next
-    full one, which takes ~100 ms in a process that imported torch. So a record keeps few collected objects
-    alive (its record, dict, lists and summaries; shapes are untracked tuples, a gradient hook is one object);
-    at ~10 a record (counted here), a big L1 step brought on a full collection every ~12 steps, at ~8 every ~30."""
+    full one, which takes ~100 ms in a process that imported torch. So a record keeps few objects in the
+    collector's lists: the C encoder makes summaries and their cache entries untracked, and a finished
+    forward record is sealed (its lists, dict and itself untracked); what remains is mostly gradient hooks
+    and backward records. At ~10 a record (counted here), a big L1 step brought on a full collection every
+    ~12 steps, at ~8 every ~30; sealed, ~2.6 a record, a small L1 step one every ~200."""
     from models import loss_of
 
     model, x, y = make("transformer")
@@ -514,7 +516,51 @@ def test_a_step_keeps_few_objects_for_the_garbage_collector(tmp_path, level):
     for name, debugger in (("off", None), ("on", d), ("off", None), ("on", d)):  # warmed up: the last pair
         step(debugger, name)
     assert alive["records"] > 400
-    assert (alive["on"] - alive["off"]) / alive["records"] < 9, alive  # 9.8 before, 7.9 now
+    assert (alive["on"] - alive["off"]) / alive["records"] < 4, alive  # 9.8, then 7.9, now 2.6 (seal)
+
+
+def test_sealed_records_are_freed_and_written_as_before(tmp_path):
+    """A sealed record is out of the collector's lists only: reference counting still frees it and its
+    summaries when the step is written, and what is written does not change. A backward record (its lists
+    fill as gradients arrive) and a record holding a tracked leaf stay tracked."""
+    from msprobe_lite.core.records import Record, TensorSummary
+
+    model, x, y = make("cnn")
+    d = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    d.start()
+    loss = model(x).sum()
+    loss.backward()
+    records = dict(d.session.records)
+    forward = [r for n, r in records.items() if n.endswith(".forward")]
+    backward = [r for n, r in records.items() if n.endswith(".backward")]
+    assert len(forward) > 10 and backward
+    assert not any(gc.is_tracked(r) or gc.is_tracked(r.data) for r in forward)
+    assert all(gc.is_tracked(r.data["input"]) for r in backward if "input" in r.data)
+    summaries = [s for r in forward for s in r.data["output"] if isinstance(s, TensorSummary)]
+    assert summaries and not any(gc.is_tracked(s) for s in summaries)
+    d.stop()
+    d.step()
+    written = data(tmp_path, 0)
+    del records, forward, backward
+    # nothing but this list holds them (its item, the loop's name, getrefcount's argument): reference
+    # counting frees them with it, no collection needed
+    assert {sys.getrefcount(s) for s in summaries} == {3}
+    assert written["Tensor.sum.0.forward"]["output"][0]["Max"] == pytest.approx(loss.item(), rel=1e-6)
+
+    class Leaf:  # a leaf of a kind the encoder never makes stays tracked, and so do its containers
+        pass
+
+    leaf = Leaf()
+    summary = TensorSummary("torch.Tensor", "torch.float32", (2,), (1.0, 0.0, 0.5, 1.0), False)
+    record = Record("r", {"a": [[summary], {"k": "v"}], "b": [leaf, (leaf,)]})
+    d.summarizer.seal(record)
+    assert not gc.is_tracked(record.data["a"]) and not gc.is_tracked(summary)
+    assert gc.is_tracked(record.data["b"]) and gc.is_tracked(record) and gc.is_tracked(leaf)
+    record.data["b"] = [summary]
+    d.summarizer.seal(record)
+    assert not gc.is_tracked(record) and not gc.is_tracked(record.data)
+    record.data["c"] = leaf  # a dict tracks itself again when given a tracked value
+    assert gc.is_tracked(record.data)
 
 
 @pytest.fixture(params=["C", "Python"])

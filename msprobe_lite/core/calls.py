@@ -121,6 +121,7 @@ class CallRecorder:
         self._is_tensor = framework.is_tensor
         self._may_get_grad = framework.may_get_grad
         self._version = summarizer.version
+        self._seal = summarizer.seal
 
     def begin(self, name: str, bwd_name: str, args, kwargs, parent, bwd_parent, params=None) -> Call:
         session, filtered = self.session, self._filtered
@@ -190,6 +191,8 @@ class CallRecorder:
             if not session.numbers or record.data:
                 session.records[record.name] = record  # session.add, inline
                 session.dirty = True
+                if self._seal is not None:  # finished: nothing adds to a forward record's lists from here
+                    self._seal(record)
         if call.bwd_name is not None:
             outputs = tensors_in(output, self._is_tensor)
             backward = call.backward

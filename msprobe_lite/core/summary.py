@@ -54,6 +54,9 @@ class Summarizer:
         self._deferred_files: list = []  # (write, path), async_dump: queued when the step is written
         # an adapter's faster `value -> encoded` for records that save no tensor file (a C route), or None
         self.fast_encode = None
+        # an adapter's `seal(record)`, or None: takes a finished forward record out of the garbage collector's
+        # lists when its summaries are (see pytorch/_fast_encode.c): fewer full collections of the process
+        self.seal = None
 
     # -- what an adapter provides ----------------------------------------------------------------------------
     def quiet(self):

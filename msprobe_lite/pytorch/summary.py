@@ -277,6 +277,7 @@ class TorchSummarizer(Summarizer):
                 lambda value, depth: encoder.encode(value, self._tensor_leaf, (), depth),
                 self._cache, self._fresh, TensorSummary, _IN_PLACE_KINDS, torch.strided, canonical_shape, MAX_DEPTH,
                 in_c=not self.md5)
+            self.seal = self.fast_encode.seal
 
     # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
     # recorded by the API capture nor pay its per-call overhead.
