@@ -562,6 +562,22 @@ def test_sealed_records_are_freed_and_written_as_before(tmp_path):
     record.data["c"] = leaf  # a dict tracks itself again when given a tracked value
     assert gc.is_tracked(record.data)
 
+    class Extra(Record):  # a slot beyond name and data is looked at too: this one holds a cycle
+        __slots__ = ("extra",)
+
+    odd = Extra("odd", {"a": [1.0]})
+    odd.extra = [odd, leaf]
+    d.summarizer.seal(odd)
+    assert gc.is_tracked(odd)
+    looped: list = [leaf]
+    for _ in range(64):  # shared many times over, and holding itself: bounded work, left tracked
+        looped = [looped, looped]
+    looped.append(looped)
+    record = Record("r", {"a": looped})
+    d.summarizer.seal(record)
+    assert gc.is_tracked(record) and gc.is_tracked(looped)
+    looped.pop()
+
 
 @pytest.fixture(params=["C", "Python"])
 def record_lines(request):

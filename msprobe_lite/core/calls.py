@@ -191,7 +191,11 @@ class CallRecorder:
             if not session.numbers or record.data:
                 session.records[record.name] = record  # session.add, inline
                 session.dirty = True
-                if self._seal is not None:  # finished: nothing adds to a forward record's lists from here
+                # finished: out of the collector's lists (see Summarizer.seal). Nothing may put a value into
+                # a forward record's lists from here on: an untracked list is not tracked again, so a cycle
+                # through it would never be collected. (Backward and parameter-gradient records fill later:
+                # they are never sealed.)
+                if self._seal is not None:
                     self._seal(record)
         if call.bwd_name is not None:
             outputs = tensors_in(output, self._is_tensor)

@@ -24,7 +24,7 @@ Used only while no tensor file is written for the record (the file names need ea
 
 static FastStatsApi *STATS;
 static PyObject *S_version, *S_dtype, *S_is_meta, *S_is_cpu, *S_layout, *S_is_contiguous, *S_is_neg, *S_numel,
-    *S_data_ptr, *S_shape, *S_stride, *S_requires_grad, *S_type, *S_value, *S_torch_tensor, *S_data;
+    *S_data_ptr, *S_shape, *S_stride, *S_requires_grad, *S_type, *S_value, *S_torch_tensor;
 static PyObject *TYPE_NAMES[4]; /* "bool", "int", "float", "str" */
 
 /* Takes an object that can never be part of a reference cycle out of the garbage collector's lists.
@@ -253,7 +253,7 @@ static int referent_is(PyObject *ref, PyObject *t) {
 }
 
 /* Summarizer._cached(t): the cached summary while `t` is alive and unchanged, else a new one, cached. */
-static int sealed(Encoder *e, PyObject *v, int depth);
+static int sealed(Encoder *e, PyObject *v, int depth, Py_ssize_t *visits);
 
 static PyObject *fresh_summary(Encoder *e, PyObject *t) {
     PyObject *summary = e->in_c ? summary_in_c(e, t) : (Py_INCREF(Py_None), Py_None);
@@ -261,8 +261,9 @@ static PyObject *fresh_summary(Encoder *e, PyObject *t) {
         Py_DECREF(summary);
         summary = PyObject_CallOneArg(e->summarize, t);
     }
+    Py_ssize_t visits = 0;
     if (summary != NULL)
-        sealed(e, summary, 0);
+        sealed(e, summary, 0, &visits);
     return summary;
 }
 
@@ -307,10 +308,10 @@ static PyObject *leaf(Encoder *e, PyObject *t) {
         }
         PyErr_Clear();
     } else {
+        untrack(ref); /* made without a callback: nothing to visit */
         PyObject *value = PyTuple_Pack(3, ref, version, summary);
         Py_DECREF(ref);
-        untrack(ref); /* made without a callback: nothing to visit */
-        if (value != NULL && !PyObject_GC_IsTracked(summary))
+        if (value != NULL && PyLong_CheckExact(version) && !PyObject_GC_IsTracked(summary))
             untrack(value);
         if (value == NULL || PyDict_SetItem(e->cache, key, value) < 0) {
             Py_XDECREF(value);
@@ -328,32 +329,56 @@ error:
     return NULL;
 }
 
+/* How many objects one seal() looks at, at most: the encoder's values are small fresh trees (summaries,
+   shared, are untracked after their first visit), but a value shared many times over, or a list that holds
+   itself, must not make a seal() long. */
+#define SEAL_VISITS 100000
+
+static int sealed(Encoder *e, PyObject *v, int depth, Py_ssize_t *visits);
+
+/* The slots of an instance whose classes, up to `object`, are Python classes with __slots__ and no
+   __dict__ (Record, TensorSummary): 1 when each is sealed (all of them are looked at, bottom up). */
+static int slots_sealed(Encoder *e, PyObject *v, int depth, Py_ssize_t *visits) {
+    PyTypeObject *kind = Py_TYPE(v);
+    if (kind->tp_dictoffset != 0)
+        return 0;
+    int all = 1;
+    for (; kind != &PyBaseObject_Type; kind = kind->tp_base) {
+        if (kind == NULL || !(kind->tp_flags & Py_TPFLAGS_HEAPTYPE))
+            return 0; /* a C base may hold references of its own */
+        for (PyMemberDef *m = kind->tp_members; m != NULL && m->name != NULL; m++) {
+            if (m->type != T_OBJECT_EX) /* __slots__ are object members; anything else: leave it tracked */
+                return 0;
+            PyObject *item = *(PyObject **)((char *)v + m->offset);
+            all &= item == NULL || sealed(e, item, depth + 1, visits);
+        }
+    }
+    return all;
+}
+
 /* 1 when `v` is out of the collector's lists (an atom, or untracked now), 0 when it stays tracked. Lists,
-   tuples, str-keyed dicts and summaries (exactly `summary_type`: its slots) whose items all are, are taken
-   out (see untrack()): bottom up, so a tracked leaf keeps only its own containers tracked. */
-static int sealed(Encoder *e, PyObject *v, int depth) {
+   tuples, str-keyed dicts and summaries (exactly `summary_type`) whose items all are, are taken out (see
+   untrack()): bottom up, so a tracked leaf keeps only its own containers tracked. A cycle is never taken
+   out: the walk down it ends at the depth limit, which leaves every object on the way tracked. */
+static int sealed(Encoder *e, PyObject *v, int depth, Py_ssize_t *visits) {
     if (!PyObject_IS_GC(v) || !PyObject_GC_IsTracked(v))
         return 1;
-    if (depth > 64)
+    if (depth > e->max_depth + 4 || ++*visits > SEAL_VISITS) /* a record's data: 3 levels above its values */
         return 0;
     PyTypeObject *kind = Py_TYPE(v);
     int all = 1;
     if (kind == &PyList_Type || kind == &PyTuple_Type) {
         Py_ssize_t n = kind == &PyList_Type ? PyList_GET_SIZE(v) : PyTuple_GET_SIZE(v);
         for (Py_ssize_t i = 0; i < n; i++)
-            all &= sealed(e, kind == &PyList_Type ? PyList_GET_ITEM(v, i) : PyTuple_GET_ITEM(v, i), depth + 1);
+            all &= sealed(e, kind == &PyList_Type ? PyList_GET_ITEM(v, i) : PyTuple_GET_ITEM(v, i), depth + 1,
+                          visits);
     } else if (kind == &PyDict_Type) {
         PyObject *key, *value;
         Py_ssize_t pos = 0;
         while (PyDict_Next(v, &pos, &key, &value))
-            all &= PyUnicode_CheckExact(key) && sealed(e, value, depth + 1);
-    } else if ((PyObject *)kind == e->summary_type && kind->tp_dictoffset == 0 && kind->tp_members != NULL) {
-        for (PyMemberDef *m = kind->tp_members; m->name != NULL; m++) {
-            if (m->type != T_OBJECT_EX) /* __slots__ are object members; anything else: leave it tracked */
-                return 0;
-            PyObject *item = *(PyObject **)((char *)v + m->offset);
-            all &= item == NULL || sealed(e, item, depth + 1);
-        }
+            all &= PyUnicode_CheckExact(key) && sealed(e, value, depth + 1, visits);
+    } else if ((PyObject *)kind == e->summary_type) {
+        all = slots_sealed(e, v, depth, visits);
     } else {
         return 0;
     }
@@ -536,12 +561,9 @@ static PyObject *Encoder_seal(Encoder *e, PyObject *record) {
         PyErr_SetString(PyExc_RuntimeError, "Encoder was not initialised");
         return NULL;
     }
-    PyObject *data = PyObject_GetAttr(record, S_data);
-    if (data == NULL)
-        return NULL;
-    if (sealed(e, data, 0) && Py_TYPE(record)->tp_dictoffset == 0)
-        untrack(record); /* its slots: a str name and the data */
-    Py_DECREF(data);
+    Py_ssize_t visits = 0;
+    if (slots_sealed(e, record, 0, &visits)) /* a Record's: its name and its data */
+        untrack(record);
     Py_RETURN_NONE;
 }
 
@@ -597,7 +619,6 @@ PyMODINIT_FUNC PyInit__fast_encode(void) {
     INTERN(S_type, "type");
     INTERN(S_value, "value");
     INTERN(S_torch_tensor, "torch.Tensor");
-    INTERN(S_data, "data");
     INTERN(TYPE_NAMES[0], "bool");
     INTERN(TYPE_NAMES[1], "int");
     INTERN(TYPE_NAMES[2], "float");
