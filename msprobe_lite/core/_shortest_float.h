@@ -52,6 +52,17 @@ static inline uint64_t mul_shift(uint64_t m, const uint64_t mul[2], int32_t j) {
     return (uint64_t)(((low >> 64) + high) >> (j - 64));
 }
 
+/* One decimal digit less at the three points (the value and the interval's ends); returns the digit
+   dropped from the value. */
+static inline uint32_t drop_digit(uint64_t *vr, uint64_t *vp, uint64_t *vm, int32_t *removed) {
+    uint32_t last = (uint32_t)(*vr % 10);
+    *vr /= 10;
+    *vp /= 10;
+    *vm /= 10;
+    (*removed)++;
+    return last;
+}
+
 /* The shortest decimal `digits` * 10^`exponent` that reads back as the double with these bits (finite,
    non-zero: the caller formats 0.0), nearest to its value when several have as few digits. */
 static inline void shortest_decimal(uint64_t bits, uint64_t *digits, int32_t *exponent) {
@@ -117,25 +128,15 @@ static inline void shortest_decimal(uint64_t bits, uint64_t *digits, int32_t *ex
     uint32_t last_removed = 0;
     uint64_t output;
     if (vm_trailing_zeros || vr_trailing_zeros) { /* rare: exact zeros decide ties and the lower end */
-        for (;;) {
-            if (vp / 10 <= vm / 10)
-                break;
+        while (vp / 10 > vm / 10) {
             vm_trailing_zeros &= vm % 10 == 0;
             vr_trailing_zeros &= last_removed == 0;
-            last_removed = (uint32_t)(vr % 10);
-            vr /= 10;
-            vp /= 10;
-            vm /= 10;
-            removed++;
+            last_removed = drop_digit(&vr, &vp, &vm, &removed);
         }
         if (vm_trailing_zeros) {
             while (vm % 10 == 0) {
                 vr_trailing_zeros &= last_removed == 0;
-                last_removed = (uint32_t)(vr % 10);
-                vr /= 10;
-                vp /= 10;
-                vm /= 10;
-                removed++;
+                last_removed = drop_digit(&vr, &vp, &vm, &removed);
             }
         }
         if (vr_trailing_zeros && last_removed == 5 && vr % 2 == 0)
@@ -150,13 +151,8 @@ static inline void shortest_decimal(uint64_t bits, uint64_t *digits, int32_t *ex
             vm /= 100;
             removed += 2;
         }
-        while (vp / 10 > vm / 10) {
-            round_up = vr % 10 >= 5;
-            vr /= 10;
-            vp /= 10;
-            vm /= 10;
-            removed++;
-        }
+        while (vp / 10 > vm / 10)
+            round_up = drop_digit(&vr, &vp, &vm, &removed) >= 5;
         output = vr + (vr == vm || round_up);
     }
     *digits = output;
