@@ -9,7 +9,7 @@ Prints a table of median step times and slowdown factors, records and dump size 
 The mean step time and the number of full garbage collections in the timed steps are printed beside the
 median: a full collection of a process that imported torch takes 100 to 170 ms here, and how often one comes
 depends on how many objects the debugger keeps alive within a step. The median does not show it; a long
-run's mean does (`--steps 100`).
+run's mean does (`--steps 600`: at small L1, one comes about every 200 steps).
 
     .venv/bin/python tools/bench.py                      # both sizes, every mode
     .venv/bin/python tools/bench.py --sizes small --modes L1 --steps 20
