@@ -345,6 +345,33 @@ def test_other_threads_never_enter_the_main_threads_records(tmp_path, level):
     assert steps(tmp_path / "busy", True) == steps(tmp_path / "alone", False)
 
 
+def test_a_step_folder_is_made_ahead_and_gone_when_nothing_was_written(tmp_path):
+    """start() has the step's folder and temporary files made on the writer thread (slow on some file
+    systems); the write fills them; a step that records nothing leaves nothing behind, at step() or at exit."""
+    config, tmp_path = tmp_path / "config.json", tmp_path / "dump"
+    config.write_text(json.dumps({"task": "statistics", "level": "L1", "dump_path": str(tmp_path),
+                                  "statistics": {"list": ["Torch.exp"]}}))
+    d = PrecisionDebugger(str(config))
+    d.start()
+    d.session.files.wait()
+    assert (tmp_path / "step0" / "rank").is_dir()       # made ahead, while the step runs
+    torch.cos(torch.ones(2))                            # not in the list: nothing recorded
+    d.stop()
+    d.step()
+    assert not (tmp_path / "step0").exists()            # its temporary files and folders are gone
+    d.start()
+    torch.exp(torch.ones(2))
+    d.stop()
+    d.step()
+    assert list(data(tmp_path, 1)) == ["Torch.exp.0.forward"]
+    assert sorted(p.name for p in (tmp_path / "step1" / "rank").iterdir()) == [
+        "construct.json", "dump.json", "stack.json"]    # written through the files opened ahead
+    d.start()                                           # the process ends in a step that recorded nothing
+    session_module._flush_all()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step1"]
+    d.stop()                                            # (the process goes on here: capture off again)
+
+
 # -- forked workers -----------------------------------------------------------------------------------------------
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
 def test_a_forked_child_never_records_or_writes(tmp_path):
@@ -363,7 +390,8 @@ def test_a_forked_child_never_records_or_writes(tmp_path):
             os._exit(3)
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
-    assert not (tmp_path / "step0").exists()             # nothing from the child
+    # nothing from the child (the parent has made the step's folder and temporary files ahead)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and f".tmp-{os.getpid()}-" not in p.name]
     torch.cos(torch.ones(2))
     d.stop()
     d.step()
@@ -458,7 +486,7 @@ def test_a_long_step_costs_its_compact_records_and_one_write(tmp_path, monkeypat
     d.step()
     writes = []
     real = writer.write_chunks_atomic       # every file of the dump goes through it
-    monkeypatch.setattr(writer, "write_chunks_atomic", lambda path, chunks: (writes.append(path), real(path, chunks)))
+    monkeypatch.setattr(writer, "write_chunks_atomic", lambda path, *rest: (writes.append(path), real(path, *rest)))
     n = 2000
     gc.collect()
     tracemalloc.start()

@@ -49,6 +49,7 @@ class Session:
         self._warned_rank = False
         self._lock = threading.RLock()
         self.files = writer.FileQueue()    # tensor files, written off the training thread
+        self.prepared = writer.Prepared(self.files)  # the step's folder and files, made while it runs
         self.numbers = config.task != "structure"
         self.tensor_list = config.statistics.tensor_list if config.task == "statistics" else []
         self.saving = config.task == "tensor" or bool(self.tensor_list)  # are any tensors saved to files
@@ -92,6 +93,7 @@ class Session:
             return False
         self.thread = threading.get_ident()
         self.forward_on = self.step_open = True
+        self.prepared.prepare(self.folder(), writer.step_files(*self._layout()))
         return True
 
     def stop(self) -> None:
@@ -102,6 +104,7 @@ class Session:
         """Write the step, then move on; past the last listed step the session finishes for good."""
         self.forward_on = False
         self.flush()
+        self.prepared.discard()
         self.step_open = False
         self.step += 1
         self._reset_step()
@@ -140,6 +143,11 @@ class Session:
         return os.path.join(self.folder(), "dump_tensor_data")
 
     # -- writing ---------------------------------------------------------------------------------------------
+    def _layout(self) -> tuple:
+        """(data file, whether stack.json and construct.json are written): debug.json at level debug."""
+        debug = self.config.level == "debug"
+        return ("debug.json" if debug else "dump.json"), self.config.extra_info and not debug
+
     def folder(self) -> str:
         return writer.step_rank_dir(self.config.dump_path, self.step, self.rank)
 
@@ -188,13 +196,13 @@ class Session:
                 if self.resolver is not None:
                     self.resolver()
                 records = self._records_to_write()
-                debug = self.config.level == "debug"
-                extra = self.config.extra_info and not debug
+                data_file, extra = self._layout()
                 construct = (self.construct if self.config.level != "L1" else {}) if extra else None
-                writer.write_step(self.folder(), self.header(), records,
-                                  self.stacks.to_json() if extra else None, construct,
-                                  "debug.json" if debug else "dump.json")
+                folder = self.folder()
+                writer.write_step(folder, self.header(), records, self.stacks.to_json() if extra else None,
+                                  construct, data_file, self.prepared.take)
                 self.files.wait()
+                self.prepared.written(folder)
                 self.dirty = False
             except Exception as exc:  # noqa: BLE001 - a failed write must not stop training
                 # one report for the run (a full disk fails every later step too); the step stays dirty,
@@ -208,6 +216,7 @@ class Session:
         self.records, self.pending = {}, []
         self._lock = threading.RLock()    # a parent thread may have held it at the fork
         self.files = writer.FileQueue()   # the parent's writer thread does not exist here
+        self.prepared = writer.Prepared(self.files)  # what the parent made ahead is the parent's
 
 
 class _Released:
@@ -233,6 +242,7 @@ def _flush_all() -> None:
         if session.step_open or session.dirty:
             session.forward_on = False  # the debugger's own work from here on is not a user call
             session.flush(blocking=False)
+            session.prepared.discard()
 
 
 def _on_sigterm(signum, frame, previous=None):
