@@ -372,6 +372,80 @@ def test_a_step_folder_is_made_ahead_and_gone_when_nothing_was_written(tmp_path)
     d.stop()                                            # (the process goes on here: capture off again)
 
 
+def test_what_is_made_ahead_is_removed_only_when_it_was_ours(tmp_path):
+    """An empty step folder that existed before (the user's, an earlier run's) stays; a link planted at a
+    temporary name made ahead is removed, never written through; a flush held by another thread makes the
+    exit path give up instead of racing it."""
+    from msprobe_lite.compare.read import _rank_dirs
+
+    (tmp_path / "step0").mkdir()
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="L1", task="statistics")
+    d.start()
+    d.session.files.wait()
+    d.stop()
+    d.step()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step0"] and not list((tmp_path / "step0").iterdir())
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    d.start()
+    d.session.files.wait()
+    (tmp,) = [p for p in (tmp_path / "step1" / "rank").iterdir() if p.name.startswith("dump.json.tmp-")]
+    tmp.unlink()
+    tmp.symlink_to(victim)                              # planted at the name made ahead
+    torch.exp(torch.ones(2))
+    d.stop()
+    d.step()
+    assert victim.read_text() == "keep" and list(data(tmp_path, 1)) == ["Torch.exp.0.forward"]
+    assert sorted(p.name for p in (tmp_path / "step1" / "rank").iterdir()) == [
+        "construct.json", "dump.json", "stack.json"]
+
+    d.start()
+    torch.exp(torch.ones(2))
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with d.session._lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    session_module._flush_all()                         # gives up: another thread is writing
+    release.set()
+    holder.join()
+    d.stop()
+    d.step()
+    assert list(data(tmp_path, 2)) == ["Torch.exp.0.forward"]
+    assert _rank_dirs(str(tmp_path / "step9")) == []    # a step folder removed while compare lists it
+
+
+def test_the_file_queue_lets_a_signal_handler_wait_inside_submit():
+    """SIGTERM may interrupt the training thread inside FileQueue.submit(), holding its lock, and the
+    handler then waits for the queue: that must finish, not deadlock."""
+    from msprobe_lite.core.writer import FileQueue
+
+    queue, done = FileQueue(), []
+
+    def interrupted_submit():
+        queue.submit(lambda: done.append(1), "first")
+        with queue._changed:                             # inside submit(), lock held: the handler runs
+            queue._jobs.append((lambda: done.append(2), "queued, not yet counted"))
+            queue._changed.notify_all()
+            queue.wait()                                 # what the handler does
+            finished.set()
+            queue._pending += 1                          # submit() goes on after the handler
+        queue.wait()
+
+    finished = threading.Event()
+    thread = threading.Thread(target=interrupted_submit, daemon=True)
+    thread.start()
+    assert finished.wait(10), "the handler's wait deadlocked"
+    thread.join(10)
+    assert done == [1, 2]
+
+
 # -- forked workers -----------------------------------------------------------------------------------------------
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
 def test_a_forked_child_never_records_or_writes(tmp_path):

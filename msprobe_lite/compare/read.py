@@ -147,8 +147,11 @@ def _step_number(path: str):
 
 
 def _rank_dirs(step_dir: str) -> list:
-    return sorted(d for d in os.listdir(step_dir)
-                  if _RANK.match(d) and os.path.isfile(os.path.join(step_dir, d, "dump.json")))
+    try:
+        names = os.listdir(step_dir)
+    except FileNotFoundError:  # a step folder of a run still going, removed meanwhile (nothing recorded)
+        return []
+    return sorted(d for d in names if _RANK.match(d) and os.path.isfile(os.path.join(step_dir, d, "dump.json")))
 
 
 def resolve(path: str) -> list:

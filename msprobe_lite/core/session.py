@@ -184,12 +184,10 @@ class Session:
         log.warning("overflow %d: %s produced NaN/Inf%s", self.overflows, record.name, where)
         return True
 
-    def flush(self, blocking: bool = True) -> None:
-        """Write the current step if anything changed since the last write. `blocking=False` (exit and
-        signal paths) gives up rather than wait for a flush already running on this or another thread."""
-        if not self._lock.acquire(blocking):
-            return
-        with _Released(self._lock):
+    def flush(self) -> None:
+        """Write the current step if anything changed since the last write (one thread at a time; exit and
+        signal paths go through `write_on_exit`, which does not wait for the lock)."""
+        with self._lock:
             if not self.dirty:
                 return
             try:
@@ -209,6 +207,16 @@ class Session:
                 # so the next stop()/step() of this step tries again, and the previous file stays whole
                 report_failure(f"writing {self.folder()}", exc, site="writing a step")
 
+    def write_on_exit(self) -> None:
+        """At exit and on SIGTERM: write what the step holds, and remove what was made ahead for nothing.
+        Gives up rather than wait for a flush running on another thread (or interrupted on this one)."""
+        if not self._lock.acquire(False):
+            return
+        with _Released(self._lock):
+            self.forward_on = False  # the debugger's own work from here on is not a user call
+            self.flush()             # the lock is reentrant: this thread holds it already
+            self.prepared.discard()
+
     def disown(self) -> None:
         """In a forked child: this session belongs to the parent; record nothing, write nothing."""
         self.forward_on = self.step_open = self.dirty = False
@@ -216,7 +224,8 @@ class Session:
         self.records, self.pending = {}, []
         self._lock = threading.RLock()    # a parent thread may have held it at the fork
         self.files = writer.FileQueue()   # the parent's writer thread does not exist here
-        self.prepared = writer.Prepared(self.files)  # what the parent made ahead is the parent's
+        self.prepared.drop()              # what the parent made ahead is the parent's
+        self.prepared = writer.Prepared(self.files)
 
 
 class _Released:
@@ -240,9 +249,7 @@ _guard_installed = False
 def _flush_all() -> None:
     for session in list(_live):
         if session.step_open or session.dirty:
-            session.forward_on = False  # the debugger's own work from here on is not a user call
-            session.flush(blocking=False)
-            session.prepared.discard()
+            session.write_on_exit()
 
 
 def _on_sigterm(signum, frame, previous=None):

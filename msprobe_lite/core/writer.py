@@ -6,11 +6,11 @@ produce, diff and grep.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import json
 import os
-import queue
 import threading
 
 from .records import SavedTensor, TensorSummary, json_default, json_scalar, json_str
@@ -246,7 +246,8 @@ class Prepared:
 
     def __init__(self, files: FileQueue):
         self._files = files
-        self._folders: set = set()   # made ahead this step
+        self._folders: set = set()   # prepared this step
+        self._created: set = set()   # folders that did not exist and were made here (only these are removed)
         self._written: set = set()   # written to this step
         self._opened: dict = {}      # path -> (temporary name, fd), made ahead and not used yet
 
@@ -257,8 +258,11 @@ class Prepared:
 
     def _make(self, folder: str, names: tuple) -> None:  # on the writer thread
         opened = {}
+        levels = (folder, os.path.dirname(folder))  # the rank folder, then the step folder
         try:
+            missing = [path for path in levels if not os.path.isdir(path)]
             make_dirs(folder)
+            self._created.update(missing)
             for name in names:
                 path = os.path.join(folder, name)
                 tmp = _tmp_name(path)
@@ -280,35 +284,52 @@ class Prepared:
                 return opened
         except OSError:
             pass
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+        _close_and_remove(tmp, fd)  # a name no longer ours (something planted) is removed too
         return None
 
     def written(self, folder: str) -> None:
         self._written.add(folder)
 
     def discard(self) -> None:
-        """At the step's end (and at exit): what was made ahead and not used goes."""
+        """At the step's end (and at exit, under the session's lock): what was made ahead and not used goes:
+        its temporary files, and the folders it made that nothing was written to, if still empty."""
         if not self._folders:
             return
         self._files.wait()
-        for tmp, fd in self._opened.values():
-            try:
-                os.close(fd)
-                os.unlink(tmp)
-            except OSError:
-                pass
-        self._opened.clear()
+        while self._opened:
+            _, (tmp, fd) = self._opened.popitem()
+            _close_and_remove(tmp, fd)
         for folder in self._folders - self._written:
             for path in (folder, os.path.dirname(folder)):  # the rank folder, then the step folder
+                if path not in self._created:
+                    break
                 try:
                     os.rmdir(path)
-                except OSError:  # not empty (another rank's, an earlier run's), or already gone
+                except OSError:  # not empty (another rank's folder, say), or already gone
                     break
         self._folders.clear()
+        self._created.clear()
         self._written.clear()
+
+    def drop(self) -> None:
+        """In a forked child: the parent's temporary files are the parent's; only the child's copies of their
+        descriptors are closed."""
+        while self._opened:
+            _, (_, fd) = self._opened.popitem()
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _close_and_remove(tmp: str, fd: int) -> None:
+    """Close a temporary file made ahead and remove its name: `unlink` removes a link planted there
+    itself, never what it points to, so it is safe when the name is no longer ours either."""
+    for step in (lambda: os.close(fd), lambda: os.unlink(tmp)):
+        try:
+            step()
+        except OSError:
+            pass
 
 
 def json_lines(mapping: dict) -> str:
@@ -329,30 +350,41 @@ class FileQueue:
 
     `wait()` returns once everything submitted is on disk; `stop()`/`step()` and process exit call it.
     A failed write is reported (once per kind) and the rest go on.
+
+    Its lock is reentrant, and a job is counted only once it is queued: a SIGTERM handler that writes the
+    step may have interrupted the training thread inside `submit()`, and must neither deadlock on the lock
+    nor wait for a job that was never queued.
     """
 
     def __init__(self):
-        self._queue: queue.Queue = queue.Queue()
+        self._changed = threading.Condition(threading.RLock())
+        self._jobs: collections.deque = collections.deque()
+        self._pending = 0   # queued or running; may dip below 0 while an interrupted submit() is unfinished
         self._thread = None
-        self._start_lock = threading.Lock()
         self._os_failed = False
 
     def submit(self, write, where: str) -> None:
-        with self._start_lock:
+        with self._changed:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="msprobe_lite-writer", daemon=True)
                 self._thread.start()
-        self._queue.put((write, where))
+            self._jobs.append((write, where))
+            self._pending += 1
+            self._changed.notify_all()
 
     def wait(self) -> None:
-        if self._thread is not None:
-            self._queue.join()
+        with self._changed:
+            while self._pending > 0:
+                self._changed.wait()
 
     def _run(self) -> None:
         from .safety import report_failure
 
         while True:
-            write, where = self._queue.get()
+            with self._changed:
+                while not self._jobs:
+                    self._changed.wait()
+                write, where = self._jobs.popleft()
             try:
                 write()
             except OSError as exc:
@@ -364,4 +396,6 @@ class FileQueue:
             except Exception as exc:  # noqa: BLE001 - a lost file is reported; training goes on
                 report_failure(where, exc, site="tensor file writer")
             finally:
-                self._queue.task_done()
+                with self._changed:
+                    self._pending -= 1
+                    self._changed.notify_all()
