@@ -209,7 +209,8 @@ class Session:
 
     def write_on_exit(self) -> None:
         """At exit and on SIGTERM: write what the step holds, and remove what was made ahead for nothing.
-        Gives up rather than wait for a flush running on another thread (or interrupted on this one)."""
+        Gives up rather than wait for a flush running on another thread. (A flush of this thread that the
+        signal interrupted does not stop it: the lock is reentrant, and this write is the complete one.)"""
         if not self._lock.acquire(False):
             return
         with _Released(self._lock):
