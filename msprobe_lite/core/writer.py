@@ -223,22 +223,25 @@ def write_step(folder: str, header: dict, records, stack: dict | None, construct
     make_dirs(folder)
     path = os.path.join(folder, data_file)
     write_chunks_atomic(path, dump_json_chunks(header, records), take(path))
-    for name, mapping in (("stack.json", stack), ("construct.json", construct)):
+    for name, mapping in zip(EXTRA_FILES, (stack, construct)):
         if mapping is not None:
             path = os.path.join(folder, name)
             write_atomic(path, json_lines(mapping), take(path))
 
 
+EXTRA_FILES = ("stack.json", "construct.json")  # beside the data file when extra_info is on
+
+
 def step_files(data_file: str, extra: bool) -> tuple:
-    """The files `write_step` writes: the data file, and stack.json and construct.json with `extra`."""
-    return (data_file, "stack.json", "construct.json") if extra else (data_file,)
+    """The files `write_step` writes: the data file, and EXTRA_FILES with `extra`."""
+    return (data_file,) + EXTRA_FILES if extra else (data_file,)
 
 
 class Prepared:
     """A step's folder, and temporary files for its JSON files, made on the writer thread while the step runs.
 
-    Making a folder or a file costs 0.1 to 0.5 ms on this machine's file system, and far more on a network
-    one; the files of a small step's dump are five of them. Made ahead, on a thread that waits on the file
+    Making a folder or a file costs 0.1 to 0.8 ms on this machine's file system (docs/performance.md), and far
+    more on a network one; a step's dump makes five of them. Made ahead, on a thread that waits on the file
     system while the training thread computes (given a core to run on), the step's write only fills and
     renames. A failure here is left to the write, which makes what is missing itself and reports. Whatever
     the step did not use goes when it ends: unused temporary files, and folders left empty (nothing was

@@ -252,9 +252,9 @@ static int referent_is(PyObject *ref, PyObject *t) {
 #endif
 }
 
-/* Summarizer._cached(t): the cached summary while `t` is alive and unchanged, else a new one, cached. */
 static int sealed(Encoder *e, PyObject *v, int depth, Py_ssize_t *visits);
 
+/* A new summary of `t` (in C, or by the Python route), out of the collector's lists when it can be. */
 static PyObject *fresh_summary(Encoder *e, PyObject *t) {
     PyObject *summary = e->in_c ? summary_in_c(e, t) : (Py_INCREF(Py_None), Py_None);
     if (summary == Py_None) {
@@ -267,6 +267,7 @@ static PyObject *fresh_summary(Encoder *e, PyObject *t) {
     return summary;
 }
 
+/* Summarizer._cached(t): the cached summary while `t` is alive and unchanged, else a new one, cached. */
 static PyObject *leaf(Encoder *e, PyObject *t) {
     PyObject *version = PyObject_GetAttr(t, S_version);
     if (version == NULL) { /* an inference tensor keeps no version counter: summarised, never cached */
@@ -333,8 +334,6 @@ error:
    shared, are untracked after their first visit), but a value shared many times over, or a list that holds
    itself, must not make a seal() long. */
 #define SEAL_VISITS 100000
-
-static int sealed(Encoder *e, PyObject *v, int depth, Py_ssize_t *visits);
 
 /* The slots of an instance whose classes, up to `object`, are Python classes with __slots__ and no
    __dict__ (Record, TensorSummary): 1 when each is sealed (all of them are looked at, bottom up). */
