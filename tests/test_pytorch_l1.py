@@ -323,3 +323,142 @@ def test_a_tensor_passed_on_gets_one_hook_for_both_records_unless_changed_in_pla
     assert_stats(dump["Torch.sin.0.backward"]["input"][0], 3.0 * e)
     assert_stats(dump["Torch.sin.0.backward"]["output"][0], 3.0 * e * torch.cos(x.detach()))
     assert len(hooked) == 5  # x; y before mul_ (sin's output, mul_'s input); y after; exp's output; sum's
+
+
+# -- the C handler (pytorch/_fast_capture.c): calls without gradients, recorded as the Python route records them --
+def _program_without_gradients(x, w):
+    """Captured calls of every shape the C route records, run under no_grad (as an optimizer's are)."""
+    with torch.no_grad():
+        a = tanh(x)                               # a name imported before the debugger
+        b = helper(a) + helper(x)                 # a reused function
+        c = F.linear(b, w)                        # its internal ops are not records
+        s = F.softmax(c, dim=-1)                  # keyword arguments
+        top = torch.max(s, dim=1)                 # torch.return_types: a tuple of two tensors
+        halves = torch.split(c, 2, dim=1)         # a plain tuple of tensors
+        try:
+            torch.matmul(x, w)                    # the shapes do not match: raises
+        except RuntimeError:
+            pass
+        x.add_(1.0)                               # in place: input before, output after
+        x[0] = 7.0                                # __setitem__: the output is x, changed
+        ones = torch.zeros_like(s)                # a factory
+    return x, top, halves, ones
+
+
+def _dump_files(path) -> dict:
+    import os
+
+    files = {}
+    for root, _, names in os.walk(path):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                files[os.path.relpath(os.path.join(root, name), path)] = f.read()
+    return files
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_calls_without_gradients_take_the_c_route_and_dump_what_the_python_route_dumps(tmp_path, monkeypatch,
+                                                                                        level):
+    from msprobe_lite.core.calls import CallRecorder
+    from msprobe_lite.pytorch import api_capture
+
+    assert api_capture.FastHandler is not None  # the test set-up builds it (pip install -e .)
+    ended = []  # calls recorded by the Python route (counted at their end: the stack is taken before)
+    python_end = CallRecorder.end_api
+    monkeypatch.setattr(CallRecorder, "end_api", lambda self, *a: ended.append(a[1]) or python_end(self, *a))
+    model = nn.Linear(4, 4)
+    dumps, results = [], []
+    for route in ("C", "Python"):  # one call site for both: the stacks name the same lines
+        if route == "Python":
+            monkeypatch.setattr(api_capture, "FastHandler", None)
+        d = PrecisionDebugger(dump_path=str(tmp_path / route), task="statistics", level=level)
+        x, w = torch.arange(12.0).reshape(3, 4) - 5.5, torch.linspace(-1.0, 1.0, 20).reshape(5, 4)
+        d.start(model=model)
+        if level == "mix":
+            d.apis.in_optimizer = True  # as the optimizer's step hook sets it: the C route's only calls at mix
+        results.append(_program_without_gradients(x, w))
+        d.stop()
+        d.step()
+        assert (len(ended) == 0) == (route == "C"), (route, ended)
+        dumps.append(_dump_files(tmp_path / route))
+    fast, slow = dumps
+    assert sorted(fast) == sorted(slow) and len(fast) >= 3
+    for name in fast:
+        assert fast[name] == slow[name], name
+    dump = data(tmp_path / "C")
+    assert list(dump) == [
+        "Torch.tanh.0.forward", "Torch.sigmoid.0.forward", "Tensor.mul.0.forward", "Torch.sigmoid.1.forward",
+        "Tensor.mul.1.forward", "Tensor.add.0.forward", "Functional.linear.0.forward",
+        "Functional.softmax.0.forward", "Torch.max.0.forward", "Torch.split.0.forward", "Tensor.add_.0.forward",
+        "Tensor.__setitem__.0.forward", "Torch.zeros_like.0.forward"]  # the failed matmul took Torch.matmul.0
+    x, top, halves, ones = results[0]
+    start = torch.arange(12.0).reshape(3, 4) - 5.5
+    assert_stats(dump["Torch.tanh.0.forward"]["output"][0], torch.tanh(start))
+    assert dump["Functional.softmax.0.forward"]["input_kwargs"]["dim"] == {"type": "int", "value": -1}
+    assert [len(dump["Torch.max.0.forward"]["output"]), len(dump["Torch.split.0.forward"]["output"])] == [2, 3]
+    assert_stats(dump["Torch.max.0.forward"]["output"][0], top.values)
+    assert_stats(dump["Torch.split.0.forward"]["output"][1], halves[1])
+    assert_stats(dump["Tensor.add_.0.forward"]["input_args"][0], start)
+    assert_stats(dump["Tensor.add_.0.forward"]["output"][0], start + 1)
+    assert_stats(dump["Tensor.__setitem__.0.forward"]["output"][0], x)
+    assert_stats(dump["Torch.zeros_like.0.forward"]["output"][0], ones)
+    stack = load(tmp_path / "C", name="stack.json")
+    frames = next(f for names, f in stack.values() if "Torch.tanh.0.forward" in names)
+    assert "in _program_without_gradients, \n a = tanh(x)" in frames[0]
+    construct = load(tmp_path / "C", name="construct.json")
+    if level == "L1":
+        assert construct == {}
+    else:
+        assert construct["optimizer"] is None and all(construct[n] == "optimizer" for n in dump)
+
+
+@pytest.mark.parametrize("kind, level, extra", [("transformer", "L1", {}), ("cnn", "mix", {}),
+                                                ("mlp_inplace", "mix", {"summary_mode": "md5"}),
+                                                ("mlp_inplace", "L1", {"task": "structure"})])
+def test_whole_dumps_of_training_are_the_same_with_and_without_the_c_handler(tmp_path, monkeypatch, kind, level,
+                                                                              extra):
+    """The optimizer's calls (SGD with momentum: no gradients) take the C route; whole dumps, byte for byte."""
+    from msprobe_lite.pytorch import api_capture
+
+    def dump(route):
+        body = {"task": extra.get("task", "statistics"), "dump_path": str(tmp_path / route), "level": level}
+        if "summary_mode" in extra:
+            body["statistics"] = {"summary_mode": extra["summary_mode"]}
+        (tmp_path / f"{route}.json").write_text(json.dumps(body))
+        train(kind, steps=2, debugger=PrecisionDebugger(str(tmp_path / f"{route}.json")))
+        return _dump_files(tmp_path / route)
+
+    dumps = []
+    for route in ("C", "Python"):  # one call site for both
+        if route == "Python":
+            monkeypatch.setattr(api_capture, "FastHandler", None)
+        dumps.append(dump(route))
+    fast, slow = dumps
+    assert sorted(fast) == sorted(slow) and len(fast) >= 6
+    for name in fast:
+        assert fast[name] == slow[name], name
+    names = data(tmp_path / "C", step=1)
+    assert any(n.startswith("Tensor.add_.") for n in names)  # the optimizer's update was recorded
+
+
+@pytest.mark.parametrize("route", ["C", "Python"])
+def test_a_failure_of_the_capture_is_reported_once_and_the_users_calls_go_on(tmp_path, monkeypatch, caplog, route):
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+    d = PrecisionDebugger(dump_path=str(tmp_path / "dump"), task="statistics", level="L1")
+    x = torch.arange(4.0)
+    d.start()
+    with torch.no_grad():
+        d.session.counters = None               # the debugger's state broken: every record fails to begin
+        got = [torch.exp(x), torch.add(x, 1.0), x.mul_(2.0)]
+        d.session.counters = {}
+        after = torch.tanh(x)
+    d.stop()
+    d.step()
+    assert torch.equal(got[0], torch.arange(4.0).exp()) and torch.equal(got[1], torch.arange(4.0) + 1)
+    assert torch.equal(x, torch.arange(4.0) * 2) and torch.equal(after, torch.tanh(x))
+    failures = [r for r in caplog.records if "internal failure in API capture" in r.getMessage()]
+    assert len(failures) == 1, [r.getMessage()[:200] for r in failures]
+    assert list(data(tmp_path / "dump")) == ["Torch.tanh.0.forward"]

@@ -33,10 +33,7 @@ static PyFrameObject *frame_back(PyFrameObject *f) {
 /* walk(frame, skip) -> (id(code), f_lasti, id(code), f_lasti, ...) of the frames from `frame` outwards whose
    code `skip` (id(code) -> bool) maps to False; None as soon as a code is not in `skip` (the caller decides
    about it, then walks again). */
-static PyObject *walk(PyObject *self, PyObject *args) {
-    PyObject *start, *skip;
-    if (!PyArg_ParseTuple(args, "O!O!:walk", &PyFrame_Type, &start, &PyDict_Type, &skip))
-        return NULL;
+static PyObject *walk_from(PyObject *start, PyObject *skip) {
     PyObject *key = PyList_New(0);
     if (key == NULL)
         return NULL;
@@ -77,10 +74,56 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     return out;
 }
 
+static PyObject *walk(PyObject *self, PyObject *args) {
+    PyObject *start, *skip;
+    if (!PyArg_ParseTuple(args, "O!O!:walk", &PyFrame_Type, &start, &PyDict_Type, &skip))
+        return NULL;
+    return walk_from(start, skip);
+}
+
+/* file(skip, by_offsets, walk_ids, entries, name, frame) -> bool: StackCollector.file when everything it
+   needs is known already (the frames' codes, the walk, its stack this step): `name` joins its stack's names.
+   False when something is new: StackCollector decides and files it. */
+static PyObject *file(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2]) ||
+        !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "file(skip, by_offsets, walk_ids, entries, name, frame): expected "
+                                         "three dicts, a list, a name and a frame");
+        return NULL;
+    }
+    if (!PyFrame_Check(args[5]))
+        Py_RETURN_FALSE;
+    PyObject *key = walk_from(args[5], args[0]);
+    if (key == NULL)
+        return NULL;
+    PyObject *walk_id = key == Py_None ? NULL : PyDict_GetItemWithError(args[1], key);
+    Py_DECREF(key);
+    PyObject *index = walk_id ? PyDict_GetItemWithError(args[2], walk_id) : NULL;
+    if (index == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_FALSE;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(index);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *entry = i >= 0 && i < PyList_GET_SIZE(args[3]) ? PyList_GET_ITEM(args[3], i) : NULL;
+    if (entry == NULL || !PyList_Check(entry) || PyList_GET_SIZE(entry) < 1 || !PyList_Check(PyList_GET_ITEM(entry, 0))) {
+        PyErr_SetString(PyExc_ValueError, "file(): entries[walk_ids[walk]] is not a [names, frames] list");
+        return NULL;
+    }
+    if (PyList_Append(PyList_GET_ITEM(entry, 0), args[4]) < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef METHODS[] = {
     {"walk", walk, METH_VARARGS,
      "walk(frame, skip) -> tuple of (id(code), f_lasti) pairs, flat, for the frames whose id(code) maps to "
      "False in skip, from frame outwards; None when a code is not in skip."},
+    {"file", (PyCFunction)(void (*)(void))file, METH_FASTCALL,
+     "file(skip, by_offsets, walk_ids, entries, name, frame) -> bool: appends name to the names of its "
+     "stack when the walk and its stack are known; False when StackCollector must decide."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_stack",

@@ -13,6 +13,7 @@ and regroups gradient sums, which can change gradients bitwise. Tensor hooks cha
 """
 from __future__ import annotations
 
+import sys
 import weakref
 
 from .naming import BACKWARD, FORWARD, api_record
@@ -109,7 +110,7 @@ class CallRecorder:
         self.grad_handles = []   # tensor hooks of this step, removed when the step ends
         self._slots = {}         # id(tensor) -> its _GradSlot this step, while the tensor is unchanged
         flt, config = session.filter, session.config
-        self._filtered = not flt.everything
+        self.filtered = not flt.everything
         self.inputs = session.numbers and flt.wants_part("input")
         self.outputs = session.numbers and flt.wants_part("output")
         self.extra = config.extra_info
@@ -117,14 +118,14 @@ class CallRecorder:
         self._always_backward = not framework.tensor_hooks
         # bound once: each attribute lookup and wrapper call below is paid by every captured call
         self._encode_call = summarizer.encode_call
-        self._recording_gradients = framework.recording_gradients
+        self.recording_gradients = framework.recording_gradients
         self._is_tensor = framework.is_tensor
         self._may_get_grad = framework.may_get_grad
         self._version = summarizer.version
         self._seal = summarizer.seal
 
     def begin(self, name: str, bwd_name: str, args, kwargs, parent, bwd_parent, params=None) -> Call:
-        session, filtered = self.session, self._filtered
+        session, filtered = self.session, self.filtered
         if filtered:
             session.filter.on_start(name)
         call = Call(name)
@@ -139,9 +140,8 @@ class CallRecorder:
                                           for p, t in params}
             if self.extra:
                 session.construct[name] = parent  # session.set_parent, inline: this runs for every call
-                stacks = session.stacks
-                stacks.add(name, stacks.capture())
-        if self._recording_gradients() and (not filtered or session.filter.wants(bwd_name)):
+                session.stacks.file(name, sys._getframe())  # the debugger's own frames are not in stacks
+        if self.recording_gradients() and (not filtered or session.filter.wants(bwd_name)):
             is_tensor = self._is_tensor
             inputs = tensors_in(args, is_tensor, 1)
             if kwargs:
@@ -204,7 +204,7 @@ class CallRecorder:
                 backward = self._backward(call)                           # requires_grad=True
             if backward is not None:
                 self._hook(backward, outputs, "input")
-        if self._filtered:
+        if self.filtered:
             self.session.filter.on_end(call.name)
 
     def begin_api(self, key, args, kwargs, modules=None, parent=None) -> Call:

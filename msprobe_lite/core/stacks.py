@@ -8,14 +8,15 @@ frame of every call. Line numbers are taken once, the first time a sequence of o
 """
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
 
 try:  # the same walk in C (several times faster on deep stacks); optional like the other kernels
-    from ._fast_stack import walk as _walk_c
+    from ._fast_stack import file as _file_c, walk as _walk_c
 except ImportError:  # built without a C compiler
-    _walk_c = None
+    _file_c = _walk_c = None
 
 
 def _package_dir(module_name: str) -> str | None:
@@ -40,12 +41,18 @@ class StackCollector:
         self._formatted = {}    # stack key -> tuple of frame strings
         self._by_offsets = {}   # walk key (code ids and offsets) -> walk id (an int, for this process)
         self._walk_stacks = []  # walk id -> stack key (code ids and lines)
-        self.reset()
-
-    def reset(self) -> None:
         self._stack_ids = {}    # stack key -> index in self._entries
         self._walk_ids = {}     # walk id -> index in self._entries
         self._entries = []      # [names, frames]
+        # `file` when everything is known already, in C: one call, no Python frame (the dicts and the list
+        # above are therefore emptied in place by reset(), never replaced)
+        self.file_known = (functools.partial(_file_c, self._skip_code, self._by_offsets, self._walk_ids,
+                                             self._entries) if _file_c is not None else None)
+
+    def reset(self) -> None:
+        self._stack_ids.clear()
+        self._walk_ids.clear()
+        self._entries.clear()  # to_json's output keeps the lists of names it was given
 
     def _skip(self, code) -> bool:
         key = id(code)
@@ -61,8 +68,19 @@ class StackCollector:
     def capture(self, skip_frames: int = 1) -> int:
         """The walk id of the current user stack: its frames' code ids and offsets, numbered on first sight
         (when their lines are taken), so the key is hashed once per call."""
-        frame = sys._getframe(skip_frames)
-        key = _walk_c(frame, self._skip_code) if _walk_c is not None else None
+        return self._walk_id(sys._getframe(skip_frames))
+
+    def file(self, name: str, frame) -> None:
+        """Files `name` under the user stack seen from `frame` (None: no Python frame, an empty stack)."""
+        if self.file_known is None or not self.file_known(name, frame):
+            self.file_new(name, frame)
+
+    def file_new(self, name: str, frame) -> None:
+        """`file` where `file_known` found something new: a code, a walk, or the walk's first call this step."""
+        self.add(name, self._walk_id(frame))
+
+    def _walk_id(self, frame) -> int:
+        key = _walk_c(frame, self._skip_code) if _walk_c is not None and frame is not None else None
         if key is None:
             key = self._walk(frame)  # also decides about the code objects seen for the first time
         walk = self._by_offsets.get(key)

@@ -9,6 +9,10 @@ Inside `__torch_function__` PyTorch disables the mode for the duration of the ca
 another captured API is neither a record nor counted: only outermost calls are. Which functions count as
 APIs comes from `apis.yaml` (identity lookup, one dict probe per call).
 
+When the C handler is built (`_fast_capture.c`), it is a base class of the mode and its `__torch_function__`
+runs first: calls that only pass through, and captured calls made without gradients (the optimizer's), never
+reach Python; every other call comes to the Python method below, which covers all cases.
+
 torch.distributed's collectives do not go through `__torch_function__`; they are wrapped while collecting
 and restored at `stop()` (so `from torch.distributed import all_reduce` made before `start()` is not seen).
 Their `output` holds their tensor arguments after the operation (for `async_op=True`, once the work is done).
@@ -24,9 +28,15 @@ import torch.nn.functional as F
 import yaml
 from torch.overrides import TorchFunctionMode
 
+from ..core.records import Record
 from ..core.safety import guarded, log, report_failure
 from ..core.values import tensor_leaves
 from .framework import TorchFramework
+
+try:  # the C side of __torch_function__; optional like the other C routes
+    from ._fast_capture import Handler as FastHandler
+except ImportError:  # built without a C compiler
+    FastHandler = None
 
 API_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apis.yaml")
 # Later sections win when two names are the same object (F.conv2d is torch.conv2d): the most specific name.
@@ -58,7 +68,25 @@ def load_api_list(path: str = API_LIST):
 
 
 class ApiCapture(TorchFunctionMode):
-    """Records outermost API calls while pushed; `modules` (mix level) gives each call its parent module."""
+    """Records outermost API calls while pushed; `modules` (mix level) gives each call its parent module.
+
+    `ApiCapture.make` adds the C handler in front when it is built; the class itself is the Python route."""
+
+    @classmethod
+    def make(cls, session, recorder, summarizer, modules=None, api_list: str = API_LIST):
+        if FastHandler is None:
+            return cls(session, recorder, summarizer, modules, api_list)
+        capture = _WithFastHandler(session, recorder, summarizer, modules, api_list)
+        encode = summarizer.fast_encode
+        stacks = session.stacks
+        capture.bind(capture.table, session, encode, summarizer.seal, Record, recorder.recording_gradients,
+                     stacks.file_known if recorder.extra else None, stacks.file_new if recorder.extra else None,
+                     torch._C.DisableTorchFunction(), report_failure,
+                     ApiCapture.__torch_function__,
+                     # the C route records what CallRecorder records without filters, saved tensors, gradients
+                     encode is not None and not recorder.filtered and not session.saving,
+                     modules is not None, recorder.inputs, recorder.outputs, session.numbers)
+        return capture
 
     def __init__(self, session, recorder, summarizer, modules=None, api_list: str = API_LIST):
         super().__init__()
@@ -190,3 +218,8 @@ class ApiCapture(TorchFunctionMode):
             future().then(guarded("distributed capture")(finish))
         else:
             finish()
+
+
+if FastHandler is not None:
+    class _WithFastHandler(FastHandler, ApiCapture):
+        """ApiCapture with the C `__torch_function__` first (see the module): made by `ApiCapture.make`."""

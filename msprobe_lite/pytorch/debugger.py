@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..core.debugger import Debugger
+from . import api_capture
 from .api_capture import ApiCapture
 from .framework import TorchFramework
 from . import summary
@@ -29,10 +30,11 @@ class PrecisionDebugger(Debugger):
 
     @staticmethod
     def c_routes() -> tuple:
-        return (("value encoding (pytorch/_fast_encode.c)", summary.FastEncoder),)
+        return (("value encoding (pytorch/_fast_encode.c)", summary.FastEncoder),
+                ("the API capture's handler (pytorch/_fast_capture.c)", api_capture.FastHandler))
 
     def make_summarizer(self):
         return TorchSummarizer(self.session)
 
     def make_api_capture(self):
-        return ApiCapture(self.session, self.recorder, self.summarizer, self.modules)
+        return ApiCapture.make(self.session, self.recorder, self.summarizer, self.modules)

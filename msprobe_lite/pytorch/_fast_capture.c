@@ -1,0 +1,398 @@
+/* The API capture's `__torch_function__` (pytorch/api_capture.py) in C, for the calls that need no Python.
+
+Why C: while collecting, PyTorch calls the mode for every torch call, attribute reads of tensors included.
+Most are not APIs of the list and only pass through; of those that are, the optimizer's make most of a
+small training step's records (AdamW: 9 calls per parameter). In Python each captured call crossed a dozen
+frames of bookkeeping (naming, the record, the step's dicts, the stack): about 3.5 µs, more than encoding its
+tensors. Here:
+
+- a call that is not an API of the list, or comes while forward collection is off, goes straight to the
+  function;
+- a captured call made while gradients are not recorded (`torch.no_grad()`, the optimizer's step) is recorded
+  here, exactly as `ApiCapture.__torch_function__` -> `CallRecorder.begin_api` / `end_api` record it, when
+  the run allows (`Handler.bind`: no filters, no tensors saved to files, the C value encoder built; at mix
+  level only inside the optimizer, whose calls' parent is "optimizer");
+- every other call goes to the Python method, the twin (`twin`), which covers all cases: gradient hooks,
+  the innermost module at mix level, filters, saved tensors.
+
+The order of every dict insertion is the Python route's, so the dumps are byte for byte the same
+(tests/test_pytorch_l1.py compares whole dumps of both routes). The debugger's own failures are reported
+through `report_failure` and the user's call goes on; an exception of the user's call is the user's.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *table;       /* {function: (prefix, api)} */
+    PyObject *session;     /* core.session.Session: forward_on, counters, construct, records, dirty */
+    PyObject *encode;      /* the C value encoder (pytorch/_fast_encode.c Encoder) */
+    PyObject *seal;        /* its seal(record) */
+    PyObject *record_type; /* core.records.Record */
+    PyObject *grad_enabled;/* torch.is_grad_enabled */
+    PyObject *file_known;  /* StackCollector.file_known(name, frame) -> bool, or None */
+    PyObject *file_new;    /* StackCollector.file_new(name, frame), or None when stacks are not kept */
+    PyObject *quiet;       /* a torch._C.DisableTorchFunction: the encoder's reads are not torch calls */
+    PyObject *report;      /* core.safety.report_failure */
+    PyObject *twin;        /* ApiCapture.__torch_function__, the Python function */
+    char fast;             /* bound, and this run's captured calls may be recorded here */
+    char in_optimizer;     /* set by the optimizer's step hooks (mix level) */
+    char has_modules;      /* mix level: a call's parent is the innermost module, or "optimizer" */
+    char inputs, outputs, numbers;
+} Handler;
+
+static PyObject *S_forward_on, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
+    *S_optimizer, *S_input_args, *S_input_kwargs, *S_output, *S_enter, *S_exit, *S_site, *S_what,
+    *S_site_begin, *S_site_end, *EMPTY;
+
+/* The Python method with the same arguments, `self` in front. */
+static PyObject *call_twin(Handler *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (h->twin == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Handler was not bound");
+        return NULL;
+    }
+    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *small[8], **stack = total < 8 ? small : PyMem_Malloc((total + 1) * sizeof(PyObject *));
+    if (stack == NULL)
+        return PyErr_NoMemory();
+    stack[0] = (PyObject *)h;
+    for (Py_ssize_t i = 0; i < total; i++)
+        stack[i + 1] = args[i];
+    PyObject *out = PyObject_Vectorcall(h->twin, stack, nargs + 1, kwnames);
+    if (stack != small)
+        PyMem_Free(stack);
+    return out;
+}
+
+/* With an exception set: an Exception is the debugger's failure, reported (1: the user's call goes on);
+   anything else (KeyboardInterrupt, SystemExit) stays set (0), as the Python route lets it through. */
+static int reported(Handler *h, PyObject *site) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return 0;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    PyObject *args[] = {S_what, value ? value : Py_None, site};
+    PyObject *names = PyTuple_Pack(1, S_site);
+    PyObject *done = names ? PyObject_Vectorcall(h->report, args, 2, names) : NULL;
+    Py_XDECREF(names);
+    Py_XDECREF(done);
+    PyErr_Clear(); /* reporting failed too: nothing more to do, the user's call goes on */
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return 1;
+}
+
+/* The encoder's work runs inside DisableTorchFunction, as in Summarizer.encode: quiet_on(), then quiet_off(),
+   which keeps an exception already set. */
+static int quiet_on(Handler *h) {
+    PyObject *entered = PyObject_CallMethodNoArgs(h->quiet, S_enter);
+    Py_XDECREF(entered);
+    return entered == NULL ? -1 : 0;
+}
+
+static int quiet_off(Handler *h) {
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyObject *args[] = {h->quiet, Py_None, Py_None, Py_None};
+    PyObject *left = PyObject_VectorcallMethod(S_exit, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (left == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(exc);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    Py_DECREF(left);
+    PyErr_Restore(type, exc, tb);
+    return type == NULL ? 0 : -1;
+}
+
+static int set_item_new(PyObject *dict, PyObject *key, PyObject *value) { /* steals value */
+    if (value == NULL)
+        return -1;
+    int done = PyDict_SetItem(dict, key, value);
+    Py_DECREF(value);
+    return done;
+}
+
+/* The session's per-step dict `name` (replaced at every step: read per call). */
+static PyObject *step_dict(Handler *h, PyObject *name) {
+    PyObject *d = PyObject_GetAttr(h->session, name);
+    if (d != NULL && !PyDict_Check(d)) {
+        PyErr_Format(PyExc_TypeError, "session.%U: expected a dict, got %.100s", name, Py_TYPE(d)->tp_name);
+        Py_CLEAR(d);
+    }
+    return d;
+}
+
+/* CallRecorder.begin_api + begin without gradients or filters: counts the call, names it, makes its record
+   with the inputs, sets its parent and files its stack. New references in *name, *data and *record. */
+static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, PyObject **name, PyObject **data,
+                 PyObject **record) {
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
+        PyErr_SetString(PyExc_TypeError, "API table: expected (prefix, api) tuples");
+        return -1;
+    }
+    PyObject *construct = NULL, *counters = NULL;
+    PyObject *parent = Py_None;
+    if (h->has_modules) { /* only in the optimizer here (the rest is the twin's): ApiCapture._open */
+        parent = S_optimizer;
+        if ((construct = step_dict(h, S_construct)) == NULL || PyDict_SetItem(construct, S_optimizer, Py_None) < 0)
+            goto fail;
+    }
+    if ((counters = step_dict(h, S_counters)) == NULL)
+        goto fail;
+    PyObject *count = PyDict_GetItemWithError(counters, entry);
+    if (count == NULL && PyErr_Occurred())
+        goto fail;
+    Py_ssize_t n = count == NULL ? 0 : PyLong_AsSsize_t(count);
+    if (n == -1 && PyErr_Occurred())
+        goto fail;
+    if (set_item_new(counters, entry, PyLong_FromSsize_t(n + 1)) < 0)
+        goto fail;
+    *name = PyUnicode_FromFormat("%S.%S.%zd.forward", PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1), n);
+    if (*name == NULL || (*data = PyDict_New()) == NULL)
+        goto fail;
+    if (h->inputs) {
+        PyObject *kw = kwargs != NULL ? (Py_INCREF(kwargs), kwargs) : PyDict_New();
+        if (kw == NULL || quiet_on(h) < 0) {
+            Py_XDECREF(kw);
+            goto fail;
+        }
+        int done = set_item_new(*data, S_input_args, PyObject_CallOneArg(h->encode, args)) == 0 &&
+                   set_item_new(*data, S_input_kwargs, PyObject_CallOneArg(h->encode, kw)) == 0;
+        Py_DECREF(kw);
+        if (quiet_off(h) < 0 || !done)
+            goto fail;
+    }
+    if (h->file_new != Py_None) {
+        if (construct == NULL && (construct = step_dict(h, S_construct)) == NULL)
+            goto fail;
+        if (PyDict_SetItem(construct, *name, parent) < 0)
+            goto fail;
+        PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed: the caller of the torch function */
+        PyObject *where[] = {*name, frame ? frame : Py_None};
+        PyObject *filed = h->file_known != Py_None ? PyObject_Vectorcall(h->file_known, where, 2, NULL)
+                                                   : (Py_INCREF(Py_False), Py_False);
+        if (filed == Py_False) {
+            Py_DECREF(filed);
+            filed = PyObject_Vectorcall(h->file_new, where, 2, NULL);
+        }
+        if (filed == NULL)
+            goto fail;
+        Py_DECREF(filed);
+    }
+    PyObject *parts[] = {*name, *data};
+    if ((*record = PyObject_Vectorcall(h->record_type, parts, 2, NULL)) == NULL)
+        goto fail;
+    Py_XDECREF(construct);
+    Py_DECREF(counters);
+    return 0;
+fail:
+    Py_XDECREF(construct);
+    Py_XDECREF(counters);
+    Py_CLEAR(*data);
+    Py_CLEAR(*name);
+    return -1;
+}
+
+/* CallRecorder.end_api + end without gradients or filters: the output, then the record joins the step. */
+static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, PyObject *name, PyObject *data,
+               PyObject *record) {
+    if (h->outputs) {
+        PyObject *shown = out; /* x[i] = y: the output is x, changed */
+        if (PyTuple_GET_SIZE(args) > 0 && PyUnicode_Compare(PyTuple_GET_ITEM(entry, 1), S_setitem) == 0)
+            shown = PyTuple_GET_ITEM(args, 0);
+        else if (PyErr_Occurred())
+            return -1;
+        int whole = (PyList_Check(shown) || PyTuple_Check(shown)) && !PyObject_HasAttr(shown, S_fields);
+        if (quiet_on(h) < 0)
+            return -1;
+        PyObject *encoded = PyObject_CallOneArg(h->encode, shown);
+        if (encoded != NULL && !whole) { /* a single value: [value] */
+            PyObject *one = encoded;
+            if ((encoded = PyList_New(1)) != NULL)
+                PyList_SET_ITEM(encoded, 0, one);
+            else
+                Py_DECREF(one);
+        }
+        if (quiet_off(h) < 0) {
+            Py_XDECREF(encoded);
+            return -1;
+        }
+        if (set_item_new(data, S_output, encoded) < 0)
+            return -1;
+    }
+    if (!h->numbers || PyDict_GET_SIZE(data) > 0) {
+        PyObject *records = step_dict(h, S_records);
+        int added = records != NULL && PyDict_SetItem(records, name, record) == 0 &&
+                    PyObject_SetAttr(h->session, S_dirty, Py_True) == 0;
+        Py_XDECREF(records);
+        if (!added)
+            return -1;
+        PyObject *sealed = PyObject_CallOneArg(h->seal, record); /* see CallRecorder.end */
+        if (sealed == NULL)
+            return -1;
+        Py_DECREF(sealed);
+    }
+    return 0;
+}
+
+/* __torch_function__(func, types, args=(), kwargs=None) */
+static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames) {
+    if (kwnames != NULL || nargs < 2 || nargs > 4 || h->table == NULL)
+        return call_twin(h, argv, nargs, kwnames);
+    PyObject *func = argv[0];
+    PyObject *args = nargs > 2 ? argv[2] : EMPTY;
+    PyObject *kwargs = nargs > 3 && argv[3] != Py_None ? argv[3] : NULL;
+    if (!PyTuple_Check(args) || (kwargs != NULL && !PyDict_Check(kwargs)))
+        return call_twin(h, argv, nargs, kwnames);
+    PyObject *entry = PyDict_GetItemWithError(h->table, func);
+    if (entry == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_Call(func, args, kwargs);
+    }
+    PyObject *on = PyObject_GetAttr(h->session, S_forward_on);
+    int collecting = on ? PyObject_IsTrue(on) : -1;
+    Py_XDECREF(on);
+    if (collecting < 0)
+        return NULL;
+    if (!collecting)
+        return PyObject_Call(func, args, kwargs);
+    if (!h->fast || (h->has_modules && !h->in_optimizer))
+        return call_twin(h, argv, nargs, kwnames);
+    PyObject *grad = PyObject_CallNoArgs(h->grad_enabled);
+    if (grad == NULL)
+        return NULL;
+    Py_DECREF(grad);
+    if (grad != Py_False) /* gradient hooks: the twin's */
+        return call_twin(h, argv, nargs, kwnames);
+
+    Py_INCREF(entry);
+    PyObject *name = NULL, *data = NULL, *record = NULL;
+    if (begin(h, entry, args, kwargs, &name, &data, &record) < 0 && !reported(h, S_site_begin)) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    PyObject *out = PyObject_Call(func, args, kwargs);
+    if (out != NULL && record != NULL && end(h, entry, args, out, name, data, record) < 0 && !reported(h, S_site_end))
+        Py_CLEAR(out);
+    Py_XDECREF(name);
+    Py_XDECREF(data);
+    Py_XDECREF(record);
+    Py_DECREF(entry);
+    return out;
+}
+
+#define FIELDS(X)                                                                                          \
+    X(table) X(session) X(encode) X(seal) X(record_type) X(grad_enabled) X(file_known) X(file_new) X(quiet)   \
+    X(report) X(twin)
+
+/* bind(table, session, encode, seal, record_type, grad_enabled, file_known, file_new, quiet, report, twin,
+        fast, has_modules, inputs, outputs, numbers) */
+static PyObject *Handler_bind(Handler *h, PyObject *args) {
+#define DECLARE(f) PyObject *f;
+    FIELDS(DECLARE)
+    int fast, has_modules, inputs, outputs, numbers;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOOOOppppp:bind", &PyDict_Type, &table, &session, &encode, &seal,
+                          &record_type, &grad_enabled, &file_known, &file_new, &quiet, &report, &twin, &fast, &has_modules,
+                          &inputs, &outputs, &numbers))
+        return NULL;
+#define KEEP(f) Py_INCREF(f); Py_XSETREF(h->f, f);
+    FIELDS(KEEP)
+    h->fast = (char)fast;
+    h->has_modules = (char)has_modules;
+    h->inputs = (char)inputs;
+    h->outputs = (char)outputs;
+    h->numbers = (char)numbers;
+    Py_RETURN_NONE;
+}
+
+static int Handler_traverse(Handler *h, visitproc visit, void *arg) {
+#define VISIT(f) Py_VISIT(h->f);
+    FIELDS(VISIT)
+    return 0;
+}
+
+static int Handler_clear(Handler *h) {
+#define CLEAR(f) Py_CLEAR(h->f);
+    FIELDS(CLEAR)
+    return 0;
+}
+
+static void Handler_dealloc(Handler *h) {
+    PyObject_GC_UnTrack(h);
+    Handler_clear(h);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyMethodDef HANDLER_METHODS[] = {
+    {"__torch_function__", (PyCFunction)(void (*)(void))Handler_torch_function, METH_FASTCALL | METH_KEYWORDS,
+     "__torch_function__(func, types, args=(), kwargs=None): the mode's entry point (see the module)."},
+    {"bind", (PyCFunction)Handler_bind, METH_VARARGS,
+     "bind(table, session, encode, seal, record_type, grad_enabled, file_known, file_new, quiet, report, twin, "
+     "fast, has_modules, inputs, outputs, numbers): what the handler works with, once (ApiCapture.__init__)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyMemberDef HANDLER_MEMBERS[] = {
+    {"in_optimizer", T_BOOL, offsetof(Handler, in_optimizer), 0,
+     "True while the optimizer steps (set by its step hooks)."},
+    {NULL, 0, 0, 0, NULL}};
+
+static PyTypeObject HandlerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe_lite.pytorch._fast_capture.Handler",
+    .tp_basicsize = sizeof(Handler),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The C side of ApiCapture (a base class of it): its __torch_function__ (see the module).",
+    .tp_new = PyType_GenericNew,
+    .tp_methods = HANDLER_METHODS,
+    .tp_members = HANDLER_MEMBERS,
+    .tp_traverse = (traverseproc)Handler_traverse,
+    .tp_clear = (inquiry)Handler_clear,
+    .tp_dealloc = (destructor)Handler_dealloc,
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_capture",
+                                    "The API capture's __torch_function__ in C (see pytorch/api_capture.py).", -1,
+                                    NULL};
+
+PyMODINIT_FUNC PyInit__fast_capture(void) {
+#define INTERN(var, text)                                                                                  \
+    if ((var = PyUnicode_InternFromString(text)) == NULL)                                                   \
+        return NULL;
+    INTERN(S_forward_on, "forward_on");
+    INTERN(S_counters, "counters");
+    INTERN(S_construct, "construct");
+    INTERN(S_records, "records");
+    INTERN(S_dirty, "dirty");
+    INTERN(S_fields, "_fields");
+    INTERN(S_setitem, "__setitem__");
+    INTERN(S_optimizer, "optimizer");
+    INTERN(S_input_args, "input_args");
+    INTERN(S_input_kwargs, "input_kwargs");
+    INTERN(S_output, "output");
+    INTERN(S_enter, "__enter__");
+    INTERN(S_exit, "__exit__");
+    INTERN(S_site, "site");
+    INTERN(S_what, "API capture");
+    INTERN(S_site_begin, "ApiCapture._begin");
+    INTERN(S_site_end, "ApiCapture._end");
+    if ((EMPTY = PyTuple_New(0)) == NULL || PyType_Ready(&HandlerType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&MODULE);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&HandlerType);
+    if (PyModule_AddObject(module, "Handler", (PyObject *)&HandlerType) < 0) {
+        Py_DECREF(&HandlerType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
