@@ -325,10 +325,10 @@ def test_a_tensor_passed_on_gets_one_hook_for_both_records_unless_changed_in_pla
     assert len(hooked) == 5  # x; y before mul_ (sin's output, mul_'s input); y after; exp's output; sum's
 
 
-# -- the C handler (pytorch/_fast_capture.c): calls without gradients, recorded as the Python route records them --
-def _program_without_gradients(x, w):
-    """Captured calls of every shape the C route records, run under no_grad (as an optimizer's are)."""
-    with torch.no_grad():
+# -- the C handler (pytorch/_fast_capture.c): calls recorded in C as the Python route records them -----------------
+def _program(x, w, grad):
+    """Captured calls of every shape the C route records; with `grad`, w gets a gradient (hooks, backward)."""
+    with torch.set_grad_enabled(grad):
         a = tanh(x)                               # a name imported before the debugger
         b = helper(a) + helper(x)                 # a reused function
         c = F.linear(b, w)                        # its internal ops are not records
@@ -342,6 +342,8 @@ def _program_without_gradients(x, w):
         x.add_(1.0)                               # in place: input before, output after
         x[0] = 7.0                                # __setitem__: the output is x, changed
         ones = torch.zeros_like(s)                # a factory
+        if grad:
+            (top.values.sum() + halves[1].sum()).backward()
     return x, top, halves, ones
 
 
@@ -356,9 +358,9 @@ def _dump_files(path) -> dict:
     return files
 
 
+@pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("level", ["L1", "mix"])
-def test_calls_without_gradients_take_the_c_route_and_dump_what_the_python_route_dumps(tmp_path, monkeypatch,
-                                                                                        level):
+def test_calls_take_the_c_route_and_dump_what_the_python_route_dumps(tmp_path, monkeypatch, level, grad):
     from msprobe_lite.core.calls import CallRecorder
     from msprobe_lite.pytorch import api_capture
 
@@ -372,11 +374,12 @@ def test_calls_without_gradients_take_the_c_route_and_dump_what_the_python_route
         if route == "Python":
             monkeypatch.setattr(api_capture, "FastHandler", None)
         d = PrecisionDebugger(dump_path=str(tmp_path / route), task="statistics", level=level)
-        x, w = torch.arange(12.0).reshape(3, 4) - 5.5, torch.linspace(-1.0, 1.0, 20).reshape(5, 4)
+        x = torch.arange(12.0).reshape(3, 4) - 5.5
+        w = torch.linspace(-1.0, 1.0, 20).reshape(5, 4).requires_grad_(grad)
         d.start(model=model)
-        if level == "mix":
-            d.apis.in_optimizer = True  # as the optimizer's step hook sets it: the C route's only calls at mix
-        results.append(_program_without_gradients(x, w))
+        if level == "mix" and not grad:
+            d.apis.in_optimizer = True  # as the optimizer's step hook sets it: the parent is "optimizer"
+        results.append(_program(x, w, grad))
         d.stop()
         d.step()
         assert (len(ended) == 0) == (route == "C"), (route, ended)
@@ -386,11 +389,14 @@ def test_calls_without_gradients_take_the_c_route_and_dump_what_the_python_route
     for name in fast:
         assert fast[name] == slow[name], name
     dump = data(tmp_path / "C")
-    assert list(dump) == [
+    forward = [n for n in dump if n.endswith(".forward")]
+    assert forward == [
         "Torch.tanh.0.forward", "Torch.sigmoid.0.forward", "Tensor.mul.0.forward", "Torch.sigmoid.1.forward",
         "Tensor.mul.1.forward", "Tensor.add.0.forward", "Functional.linear.0.forward",
         "Functional.softmax.0.forward", "Torch.max.0.forward", "Torch.split.0.forward", "Tensor.add_.0.forward",
-        "Tensor.__setitem__.0.forward", "Torch.zeros_like.0.forward"]  # the failed matmul took Torch.matmul.0
+        "Tensor.__setitem__.0.forward", "Torch.zeros_like.0.forward"] + (
+        ["Tensor.sum.0.forward", "Tensor.sum.1.forward", "Tensor.add.1.forward"] if grad else [])
+    # (the failed matmul took Torch.matmul.0)
     x, top, halves, ones = results[0]
     start = torch.arange(12.0).reshape(3, 4) - 5.5
     assert_stats(dump["Torch.tanh.0.forward"]["output"][0], torch.tanh(start))
@@ -402,14 +408,20 @@ def test_calls_without_gradients_take_the_c_route_and_dump_what_the_python_route
     assert_stats(dump["Tensor.add_.0.forward"]["output"][0], start + 1)
     assert_stats(dump["Tensor.__setitem__.0.forward"]["output"][0], x)
     assert_stats(dump["Torch.zeros_like.0.forward"]["output"][0], ones)
+    if grad:  # d(sum(softmax.max) + sum(c[:, 2:4]))/dw, computed again here without the debugger
+        w = torch.linspace(-1.0, 1.0, 20).reshape(5, 4).requires_grad_(True)
+        b = helper(torch.tanh(start)) + helper(start)
+        c = F.linear(b, w)
+        (torch.max(F.softmax(c, dim=-1), dim=1).values.sum() + c[:, 2:4].sum()).backward()
+        assert_stats(dump["Functional.linear.0.backward"]["output"][1], w.grad)
     stack = load(tmp_path / "C", name="stack.json")
     frames = next(f for names, f in stack.values() if "Torch.tanh.0.forward" in names)
-    assert "in _program_without_gradients, \n a = tanh(x)" in frames[0]
+    assert "in _program, \n a = tanh(x)" in frames[0]
     construct = load(tmp_path / "C", name="construct.json")
     if level == "L1":
         assert construct == {}
     else:
-        assert construct["optimizer"] is None and all(construct[n] == "optimizer" for n in dump)
+        assert all(construct[n] == (None if grad else "optimizer") for n in dump)
 
 
 @pytest.mark.parametrize("kind, level, extra", [("transformer", "L1", {}), ("cnn", "mix", {}),

@@ -81,9 +81,10 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     return walk_from(start, skip);
 }
 
-/* file(skip, by_offsets, walk_ids, entries, name, frame) -> bool: StackCollector.file when everything it
-   needs is known already (the frames' codes, the walk, its stack this step): `name` joins its stack's names.
-   False when something is new: StackCollector decides and files it. */
+/* file(skip, by_offsets, walk_ids, entries, name, frame): StackCollector.file when everything it needs is
+   known already (the frames' codes, the walk, its stack this step): `name` joins its stack's names and the
+   result is True. Otherwise what was found for StackCollector.file_new to go on from: the walk's key when
+   only the walk or its stack is new, None when a code is (or `frame` is not a frame). */
 static PyObject *file(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6 || !PyDict_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2]) ||
         !PyList_Check(args[3])) {
@@ -92,18 +93,20 @@ static PyObject *file(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         return NULL;
     }
     if (!PyFrame_Check(args[5]))
-        Py_RETURN_FALSE;
+        Py_RETURN_NONE;
     PyObject *key = walk_from(args[5], args[0]);
-    if (key == NULL)
-        return NULL;
-    PyObject *walk_id = key == Py_None ? NULL : PyDict_GetItemWithError(args[1], key);
-    Py_DECREF(key);
+    if (key == NULL || key == Py_None)
+        return key;
+    PyObject *walk_id = PyDict_GetItemWithError(args[1], key);
     PyObject *index = walk_id ? PyDict_GetItemWithError(args[2], walk_id) : NULL;
     if (index == NULL) {
-        if (PyErr_Occurred())
+        if (PyErr_Occurred()) {
+            Py_DECREF(key);
             return NULL;
-        Py_RETURN_FALSE;
+        }
+        return key;
     }
+    Py_DECREF(key);
     Py_ssize_t i = PyLong_AsSsize_t(index);
     if (i == -1 && PyErr_Occurred())
         return NULL;
@@ -122,8 +125,8 @@ static PyMethodDef METHODS[] = {
      "walk(frame, skip) -> tuple of (id(code), f_lasti) pairs, flat, for the frames whose id(code) maps to "
      "False in skip, from frame outwards; None when a code is not in skip."},
     {"file", (PyCFunction)(void (*)(void))file, METH_FASTCALL,
-     "file(skip, by_offsets, walk_ids, entries, name, frame) -> bool: appends name to the names of its "
-     "stack when the walk and its stack are known; False when StackCollector must decide."},
+     "file(skip, by_offsets, walk_ids, entries, name, frame) -> True when name joined the names of its known "
+     "stack; else the walk's key, or None when a code is new: what StackCollector.file_new goes on from."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_stack",

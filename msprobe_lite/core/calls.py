@@ -142,14 +142,28 @@ class CallRecorder:
                 session.construct[name] = parent  # session.set_parent, inline: this runs for every call
                 session.stacks.file(name, sys._getframe())  # the debugger's own frames are not in stacks
         if self.recording_gradients() and (not filtered or session.filter.wants(bwd_name)):
-            is_tensor = self._is_tensor
-            inputs = tensors_in(args, is_tensor, 1)
-            if kwargs:
-                inputs += tensors_in(kwargs, is_tensor, 1)
-            call.bwd_name, call.bwd_parent, call.n_in = bwd_name, bwd_parent, len(inputs)
-            if self._always_backward or any(map(self._may_get_grad, inputs)):
-                self._hook(self._backward(call), inputs, "output")
+            self.gradients_before(call, bwd_name, bwd_parent, args, kwargs)
         return call
+
+    # The gradient half of a call, for begin()/end() and for the C API handler (pytorch/_fast_capture.c).
+    def gradients_before(self, call: Call, bwd_name: str, bwd_parent, args, kwargs) -> None:
+        """Before the call runs, with gradients recorded: its inputs are hooked for its backward `output`."""
+        is_tensor = self._is_tensor
+        inputs = tensors_in(args, is_tensor, 1)
+        if kwargs:
+            inputs += tensors_in(kwargs, is_tensor, 1)
+        call.bwd_name, call.bwd_parent, call.n_in = bwd_name, bwd_parent, len(inputs)
+        if self._always_backward or any(map(self._may_get_grad, inputs)):
+            self._hook(self._backward(call), inputs, "output")
+
+    def gradients_after(self, call: Call, output) -> None:
+        """After the call returned (`gradients_before` ran): its outputs are hooked for its backward `input`."""
+        outputs = tensors_in(output, self._is_tensor)
+        backward = call.backward
+        if backward is None and any(map(self._may_get_grad, outputs)):  # e.g. a factory with
+            backward = self._backward(call)                           # requires_grad=True
+        if backward is not None:
+            self._hook(backward, outputs, "input")
 
     def _hook(self, backward: BackwardCall, tensors, key: str) -> None:
         """Hooks `tensors` for `backward`: key `output` for the call's inputs, `input` for its outputs (the
@@ -198,12 +212,7 @@ class CallRecorder:
                 if self._seal is not None:
                     self._seal(record)
         if call.bwd_name is not None:
-            outputs = tensors_in(output, self._is_tensor)
-            backward = call.backward
-            if backward is None and any(map(self._may_get_grad, outputs)):  # e.g. a factory with
-                backward = self._backward(call)                           # requires_grad=True
-            if backward is not None:
-                self._hook(backward, outputs, "input")
+            self.gradients_after(call, output)
         if self.filtered:
             self.session.filter.on_end(call.name)
 

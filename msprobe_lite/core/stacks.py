@@ -25,6 +25,11 @@ def _package_dir(module_name: str) -> str | None:
     return os.path.dirname(os.path.abspath(path)) + os.sep if path else None
 
 
+def _nothing_known(name, frame):
+    """`file_known` without the C walk: everything goes to `file_new`."""
+    return None
+
+
 class StackCollector:
     """Captures the user's part of the stack and deduplicates identical stacks within a step.
 
@@ -47,7 +52,7 @@ class StackCollector:
         # `file` when everything is known already, in C: one call, no Python frame (the dicts and the list
         # above are therefore emptied in place by reset(), never replaced)
         self.file_known = (functools.partial(_file_c, self._skip_code, self._by_offsets, self._walk_ids,
-                                             self._entries) if _file_c is not None else None)
+                                             self._entries) if _file_c is not None else _nothing_known)
 
     def reset(self) -> None:
         self._stack_ids.clear()
@@ -72,15 +77,18 @@ class StackCollector:
 
     def file(self, name: str, frame) -> None:
         """Files `name` under the user stack seen from `frame` (None: no Python frame, an empty stack)."""
-        if self.file_known is None or not self.file_known(name, frame):
-            self.file_new(name, frame)
+        found = self.file_known(name, frame)
+        if found is not True:
+            self.file_new(name, frame, found)
 
-    def file_new(self, name: str, frame) -> None:
-        """`file` where `file_known` found something new: a code, a walk, or the walk's first call this step."""
-        self.add(name, self._walk_id(frame))
+    def file_new(self, name: str, frame, found=None) -> None:
+        """`file` where `file_known` met something new (a code, a walk, or the walk's first call this step);
+        `found` is what it returned: the walk's key, or None when it has none."""
+        self.add(name, self._walk_id(frame, found))
 
-    def _walk_id(self, frame) -> int:
-        key = _walk_c(frame, self._skip_code) if _walk_c is not None and frame is not None else None
+    def _walk_id(self, frame, key=None) -> int:
+        if key is None and _walk_c is not None and frame is not None:
+            key = _walk_c(frame, self._skip_code)
         if key is None:
             key = self._walk(frame)  # also decides about the code objects seen for the first time
         walk = self._by_offsets.get(key)

@@ -1,19 +1,17 @@
-/* The API capture's `__torch_function__` (pytorch/api_capture.py) in C, for the calls that need no Python.
+/* The API capture's `__torch_function__` (pytorch/api_capture.py) in C.
 
 Why C: while collecting, PyTorch calls the mode for every torch call, attribute reads of tensors included.
-Most are not APIs of the list and only pass through; of those that are, the optimizer's make most of a
-small training step's records (AdamW: 9 calls per parameter). In Python each captured call crossed a dozen
-frames of bookkeeping (naming, the record, the step's dicts, the stack): about 3.5 µs, more than encoding its
-tensors. Here:
+Most are not APIs of the list and only pass through. For each one that is, the Python method crossed a dozen
+frames of bookkeeping (naming, the record, the step's dicts, the stack): about 3.5 µs a call, more than
+encoding its tensors, and the small training step makes hundreds (AdamW alone 9 per parameter). Here:
 
 - a call that is not an API of the list, or comes while forward collection is off, goes straight to the
   function;
-- a captured call made while gradients are not recorded (`torch.no_grad()`, the optimizer's step) is recorded
-  here, exactly as `ApiCapture.__torch_function__` -> `CallRecorder.begin_api` / `end_api` record it, when
-  the run allows (`Handler.bind`: no filters, no tensors saved to files, the C value encoder built; at mix
-  level only inside the optimizer, whose calls' parent is "optimizer");
-- every other call goes to the Python method, the twin (`twin`), which covers all cases: gradient hooks,
-  the innermost module at mix level, filters, saved tensors.
+- a captured call is recorded here, exactly as `ApiCapture.__torch_function__` -> `CallRecorder.begin_api` /
+  `end_api` record it, when the run allows (`bind`: no filters, no tensors saved to files, the C value
+  encoder built). Its gradient hooks are Python's: `CallRecorder.gradients_before` / `gradients_after`. At
+  mix level its parent is the innermost module call (`ModuleHooks.current`), or "optimizer";
+- otherwise the call goes to the Python method, the twin (`twin`), which covers every case.
 
 The order of every dict insertion is the Python route's, so the dumps are byte for byte the same
 (tests/test_pytorch_l1.py compares whole dumps of both routes). The debugger's own failures are reported
@@ -32,11 +30,15 @@ typedef struct {
     PyObject *seal;        /* its seal(record) */
     PyObject *record_type; /* core.records.Record */
     PyObject *grad_enabled;/* torch.is_grad_enabled */
-    PyObject *file_known;  /* StackCollector.file_known(name, frame) -> bool, or None */
-    PyObject *file_new;    /* StackCollector.file_new(name, frame), or None when stacks are not kept */
+    PyObject *file_known;  /* StackCollector.file_known(name, frame): True, or what it found for file_new */
+    PyObject *file_new;    /* StackCollector.file_new(name, frame, found), or None when stacks are not kept */
     PyObject *quiet;       /* a torch._C.DisableTorchFunction: the encoder's reads are not torch calls */
     PyObject *report;      /* core.safety.report_failure */
     PyObject *twin;        /* ApiCapture.__torch_function__, the Python function */
+    PyObject *call_type;   /* core.calls.Call */
+    PyObject *before;      /* CallRecorder.gradients_before(call, bwd_name, bwd_parent, args, kwargs) */
+    PyObject *after;       /* CallRecorder.gradients_after(call, output) */
+    PyObject *current;     /* ModuleHooks.current() (mix level), or None */
     char fast;             /* bound, and this run's captured calls may be recorded here */
     char in_optimizer;     /* set by the optimizer's step hooks (mix level) */
     char has_modules;      /* mix level: a call's parent is the innermost module, or "optimizer" */
@@ -45,7 +47,7 @@ typedef struct {
 
 static PyObject *S_forward_on, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
     *S_optimizer, *S_input_args, *S_input_kwargs, *S_output, *S_enter, *S_exit, *S_site, *S_what,
-    *S_site_begin, *S_site_end, *EMPTY;
+    *S_site_begin, *S_site_end, *S_name, *S_bwd_name, *EMPTY;
 
 /* The Python method with the same arguments, `self` in front. */
 static PyObject *call_twin(Handler *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
@@ -130,22 +132,59 @@ static PyObject *step_dict(Handler *h, PyObject *name) {
     return d;
 }
 
-/* CallRecorder.begin_api + begin without gradients or filters: counts the call, names it, makes its record
-   with the inputs, sets its parent and files its stack. New references in *name, *data and *record. */
-static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, PyObject **name, PyObject **data,
-                 PyObject **record) {
+/* One captured call in flight: new references, NULL until made. */
+typedef struct {
+    PyObject *name, *data, *record;
+    PyObject *call; /* core.calls.Call, when gradients are recorded */
+} Flight;
+
+static void flight_clear(Flight *f) {
+    Py_CLEAR(f->name);
+    Py_CLEAR(f->data);
+    Py_CLEAR(f->record);
+    Py_CLEAR(f->call);
+}
+
+/* The call's parent in construct.json, and its backward record's parent (borrowed from `*owner`, a new
+   reference or NULL): ApiCapture._open and CallRecorder.begin_api. */
+static int parents(Handler *h, PyObject *construct, PyObject **parent, PyObject **bwd_parent, PyObject **owner) {
+    *parent = *bwd_parent = Py_None;
+    if (!h->has_modules)
+        return 0;
+    if (h->in_optimizer) { /* the optimizer's calls */
+        *parent = S_optimizer;
+        return PyDict_SetItem(construct, S_optimizer, Py_None);
+    }
+    PyObject *outer = PyObject_CallNoArgs(h->current); /* the innermost module call, or None */
+    if (outer == NULL)
+        return -1;
+    if (outer != Py_None) {
+        PyObject *name = PyObject_GetAttr(outer, S_name);
+        PyObject *bwd_name = name ? PyObject_GetAttr(outer, S_bwd_name) : NULL;
+        if (bwd_name == NULL) {
+            Py_XDECREF(name);
+            Py_DECREF(outer);
+            return -1;
+        }
+        *parent = name;
+        *bwd_parent = bwd_name;
+        owner[0] = name; /* keeps both alive while the call begins */
+        owner[1] = bwd_name;
+    }
+    Py_DECREF(outer);
+    return 0;
+}
+
+/* CallRecorder.begin_api + begin without filters: counts the call, names it, makes its record with the
+   inputs, sets its parent, files its stack, and with gradients recorded hooks its inputs (gradients_before). */
+static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, Flight *f) {
     if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
         PyErr_SetString(PyExc_TypeError, "API table: expected (prefix, api) tuples");
         return -1;
     }
-    PyObject *construct = NULL, *counters = NULL;
-    PyObject *parent = Py_None;
-    if (h->has_modules) { /* only in the optimizer here (the rest is the twin's): ApiCapture._open */
-        parent = S_optimizer;
-        if ((construct = step_dict(h, S_construct)) == NULL || PyDict_SetItem(construct, S_optimizer, Py_None) < 0)
-            goto fail;
-    }
-    if ((counters = step_dict(h, S_counters)) == NULL)
+    PyObject *construct = NULL, *counters = NULL, *owner[2] = {NULL, NULL}, *parent, *bwd_parent;
+    if ((construct = step_dict(h, S_construct)) == NULL || parents(h, construct, &parent, &bwd_parent, owner) < 0 ||
+        (counters = step_dict(h, S_counters)) == NULL)
         goto fail;
     PyObject *count = PyDict_GetItemWithError(counters, entry);
     if (count == NULL && PyErr_Occurred())
@@ -155,8 +194,9 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
         goto fail;
     if (set_item_new(counters, entry, PyLong_FromSsize_t(n + 1)) < 0)
         goto fail;
-    *name = PyUnicode_FromFormat("%S.%S.%zd.forward", PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1), n);
-    if (*name == NULL || (*data = PyDict_New()) == NULL)
+    PyObject *prefix = PyTuple_GET_ITEM(entry, 0), *api = PyTuple_GET_ITEM(entry, 1);
+    f->name = PyUnicode_FromFormat("%S.%S.%zd.forward", prefix, api, n);
+    if (f->name == NULL || (f->data = PyDict_New()) == NULL)
         goto fail;
     if (h->inputs) {
         PyObject *kw = kwargs != NULL ? (Py_INCREF(kwargs), kwargs) : PyDict_New();
@@ -164,46 +204,62 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
             Py_XDECREF(kw);
             goto fail;
         }
-        int done = set_item_new(*data, S_input_args, PyObject_CallOneArg(h->encode, args)) == 0 &&
-                   set_item_new(*data, S_input_kwargs, PyObject_CallOneArg(h->encode, kw)) == 0;
+        int done = set_item_new(f->data, S_input_args, PyObject_CallOneArg(h->encode, args)) == 0 &&
+                   set_item_new(f->data, S_input_kwargs, PyObject_CallOneArg(h->encode, kw)) == 0;
         Py_DECREF(kw);
         if (quiet_off(h) < 0 || !done)
             goto fail;
     }
     if (h->file_new != Py_None) {
-        if (construct == NULL && (construct = step_dict(h, S_construct)) == NULL)
-            goto fail;
-        if (PyDict_SetItem(construct, *name, parent) < 0)
+        if (PyDict_SetItem(construct, f->name, parent) < 0)
             goto fail;
         PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed: the caller of the torch function */
-        PyObject *where[] = {*name, frame ? frame : Py_None};
-        PyObject *filed = h->file_known != Py_None ? PyObject_Vectorcall(h->file_known, where, 2, NULL)
-                                                   : (Py_INCREF(Py_False), Py_False);
-        if (filed == Py_False) {
-            Py_DECREF(filed);
-            filed = PyObject_Vectorcall(h->file_new, where, 2, NULL);
+        PyObject *where[] = {f->name, frame ? frame : Py_None, NULL};
+        PyObject *filed = PyObject_Vectorcall(h->file_known, where, 2, NULL); /* True, or what it found */
+        if (filed != NULL && filed != Py_True) {
+            where[2] = filed;
+            PyObject *known = filed;
+            filed = PyObject_Vectorcall(h->file_new, where, 3, NULL);
+            Py_DECREF(known);
         }
         if (filed == NULL)
             goto fail;
         Py_DECREF(filed);
     }
-    PyObject *parts[] = {*name, *data};
-    if ((*record = PyObject_Vectorcall(h->record_type, parts, 2, NULL)) == NULL)
+    PyObject *parts[] = {f->name, f->data};
+    if ((f->record = PyObject_Vectorcall(h->record_type, parts, 2, NULL)) == NULL)
         goto fail;
-    Py_XDECREF(construct);
+    PyObject *grad = PyObject_CallNoArgs(h->grad_enabled);
+    if (grad == NULL)
+        goto fail;
+    Py_DECREF(grad);
+    if (grad != Py_False) {
+        PyObject *bwd_name = PyUnicode_FromFormat("%S.%S.%zd.backward", prefix, api, n);
+        f->call = bwd_name ? PyObject_CallOneArg(h->call_type, f->name) : NULL;
+        PyObject *before[] = {f->call, bwd_name, bwd_parent, args, kwargs ? kwargs : Py_None};
+        PyObject *done = f->call ? PyObject_Vectorcall(h->before, before, 5, NULL) : NULL;
+        Py_XDECREF(bwd_name);
+        if (done == NULL)
+            goto fail;
+        Py_DECREF(done);
+    }
+    Py_XDECREF(owner[0]);
+    Py_XDECREF(owner[1]);
+    Py_DECREF(construct);
     Py_DECREF(counters);
     return 0;
 fail:
+    Py_XDECREF(owner[0]);
+    Py_XDECREF(owner[1]);
     Py_XDECREF(construct);
     Py_XDECREF(counters);
-    Py_CLEAR(*data);
-    Py_CLEAR(*name);
+    flight_clear(f);
     return -1;
 }
 
-/* CallRecorder.end_api + end without gradients or filters: the output, then the record joins the step. */
-static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, PyObject *name, PyObject *data,
-               PyObject *record) {
+/* CallRecorder.end_api + end without filters: the output, the record joins the step, then with gradients
+   recorded the outputs are hooked (gradients_after). */
+static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Flight *f) {
     if (h->outputs) {
         PyObject *shown = out; /* x[i] = y: the output is x, changed */
         if (PyTuple_GET_SIZE(args) > 0 && PyUnicode_Compare(PyTuple_GET_ITEM(entry, 1), S_setitem) == 0)
@@ -225,20 +281,27 @@ static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, PyObj
             Py_XDECREF(encoded);
             return -1;
         }
-        if (set_item_new(data, S_output, encoded) < 0)
+        if (set_item_new(f->data, S_output, encoded) < 0)
             return -1;
     }
-    if (!h->numbers || PyDict_GET_SIZE(data) > 0) {
+    if (!h->numbers || PyDict_GET_SIZE(f->data) > 0) {
         PyObject *records = step_dict(h, S_records);
-        int added = records != NULL && PyDict_SetItem(records, name, record) == 0 &&
+        int added = records != NULL && PyDict_SetItem(records, f->name, f->record) == 0 &&
                     PyObject_SetAttr(h->session, S_dirty, Py_True) == 0;
         Py_XDECREF(records);
         if (!added)
             return -1;
-        PyObject *sealed = PyObject_CallOneArg(h->seal, record); /* see CallRecorder.end */
+        PyObject *sealed = PyObject_CallOneArg(h->seal, f->record); /* see CallRecorder.end */
         if (sealed == NULL)
             return -1;
         Py_DECREF(sealed);
+    }
+    if (f->call != NULL) {
+        PyObject *after[] = {f->call, out};
+        PyObject *done = PyObject_Vectorcall(h->after, after, 2, NULL);
+        if (done == NULL)
+            return -1;
+        Py_DECREF(done);
     }
     return 0;
 }
@@ -265,44 +328,36 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
         return NULL;
     if (!collecting)
         return PyObject_Call(func, args, kwargs);
-    if (!h->fast || (h->has_modules && !h->in_optimizer))
-        return call_twin(h, argv, nargs, kwnames);
-    PyObject *grad = PyObject_CallNoArgs(h->grad_enabled);
-    if (grad == NULL)
-        return NULL;
-    Py_DECREF(grad);
-    if (grad != Py_False) /* gradient hooks: the twin's */
+    if (!h->fast)
         return call_twin(h, argv, nargs, kwnames);
 
     Py_INCREF(entry);
-    PyObject *name = NULL, *data = NULL, *record = NULL;
-    if (begin(h, entry, args, kwargs, &name, &data, &record) < 0 && !reported(h, S_site_begin)) {
+    Flight f = {NULL, NULL, NULL, NULL};
+    if (begin(h, entry, args, kwargs, &f) < 0 && !reported(h, S_site_begin)) {
         Py_DECREF(entry);
         return NULL;
     }
     PyObject *out = PyObject_Call(func, args, kwargs);
-    if (out != NULL && record != NULL && end(h, entry, args, out, name, data, record) < 0 && !reported(h, S_site_end))
+    if (out != NULL && f.record != NULL && end(h, entry, args, out, &f) < 0 && !reported(h, S_site_end))
         Py_CLEAR(out);
-    Py_XDECREF(name);
-    Py_XDECREF(data);
-    Py_XDECREF(record);
+    flight_clear(&f);
     Py_DECREF(entry);
     return out;
 }
 
 #define FIELDS(X)                                                                                          \
     X(table) X(session) X(encode) X(seal) X(record_type) X(grad_enabled) X(file_known) X(file_new) X(quiet)   \
-    X(report) X(twin)
+    X(report) X(twin) X(call_type) X(before) X(after) X(current)
 
 /* bind(table, session, encode, seal, record_type, grad_enabled, file_known, file_new, quiet, report, twin,
-        fast, has_modules, inputs, outputs, numbers) */
+        call_type, before, after, current, fast, has_modules, inputs, outputs, numbers) */
 static PyObject *Handler_bind(Handler *h, PyObject *args) {
 #define DECLARE(f) PyObject *f;
     FIELDS(DECLARE)
     int fast, has_modules, inputs, outputs, numbers;
-    if (!PyArg_ParseTuple(args, "O!OOOOOOOOOOppppp:bind", &PyDict_Type, &table, &session, &encode, &seal,
-                          &record_type, &grad_enabled, &file_known, &file_new, &quiet, &report, &twin, &fast, &has_modules,
-                          &inputs, &outputs, &numbers))
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOOOOOOOOppppp:bind", &PyDict_Type, &table, &session, &encode, &seal,
+                          &record_type, &grad_enabled, &file_known, &file_new, &quiet, &report, &twin, &call_type,
+                          &before, &after, &current, &fast, &has_modules, &inputs, &outputs, &numbers))
         return NULL;
 #define KEEP(f) Py_INCREF(f); Py_XSETREF(h->f, f);
     FIELDS(KEEP)
@@ -337,7 +392,7 @@ static PyMethodDef HANDLER_METHODS[] = {
      "__torch_function__(func, types, args=(), kwargs=None): the mode's entry point (see the module)."},
     {"bind", (PyCFunction)Handler_bind, METH_VARARGS,
      "bind(table, session, encode, seal, record_type, grad_enabled, file_known, file_new, quiet, report, twin, "
-     "fast, has_modules, inputs, outputs, numbers): what the handler works with, once (ApiCapture.__init__)."},
+     "call_type, before, after, current, fast, has_modules, inputs, outputs, numbers): what the handler works with, once (ApiCapture.__init__)."},
     {NULL, NULL, 0, NULL}};
 
 static PyMemberDef HANDLER_MEMBERS[] = {
@@ -383,6 +438,8 @@ PyMODINIT_FUNC PyInit__fast_capture(void) {
     INTERN(S_what, "API capture");
     INTERN(S_site_begin, "ApiCapture._begin");
     INTERN(S_site_end, "ApiCapture._end");
+    INTERN(S_name, "name");
+    INTERN(S_bwd_name, "bwd_name");
     if ((EMPTY = PyTuple_New(0)) == NULL || PyType_Ready(&HandlerType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&MODULE);

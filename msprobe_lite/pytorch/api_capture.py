@@ -10,8 +10,9 @@ another captured API is neither a record nor counted: only outermost calls are. 
 APIs comes from `apis.yaml` (identity lookup, one dict probe per call).
 
 When the C handler is built (`_fast_capture.c`), it is a base class of the mode and its `__torch_function__`
-runs first: calls that only pass through, and captured calls made without gradients (the optimizer's), never
-reach Python; every other call comes to the Python method below, which covers all cases.
+runs first: calls that only pass through never reach Python, and captured calls are recorded there (their
+gradient hooks through `CallRecorder.gradients_before`/`gradients_after`) unless filters or saved tensors
+are in play; those come to the Python method below, which covers all cases.
 
 torch.distributed's collectives do not go through `__torch_function__`; they are wrapped while collecting
 and restored at `stop()` (so `from torch.distributed import all_reduce` made before `start()` is not seen).
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 import yaml
 from torch.overrides import TorchFunctionMode
 
+from ..core.calls import Call
 from ..core.records import Record
 from ..core.safety import guarded, log, report_failure
 from ..core.values import tensor_leaves
@@ -81,9 +83,11 @@ class ApiCapture(TorchFunctionMode):
         stacks = session.stacks
         capture.bind(capture.table, session, encode, summarizer.seal, Record, recorder.recording_gradients,
                      stacks.file_known if recorder.extra else None, stacks.file_new if recorder.extra else None,
-                     torch._C.DisableTorchFunction(), report_failure,
-                     ApiCapture.__torch_function__,
-                     # the C route records what CallRecorder records without filters, saved tensors, gradients
+                     torch._C.DisableTorchFunction(), report_failure, ApiCapture.__torch_function__,
+                     Call, recorder.gradients_before, recorder.gradients_after,
+                     modules.current if modules is not None else None,
+                     # the C route records what CallRecorder records when no filter and no saved tensor is in
+                     # play and the C value encoder is built
                      encode is not None and not recorder.filtered and not session.saving,
                      modules is not None, recorder.inputs, recorder.outputs, session.numbers)
         return capture
