@@ -102,7 +102,7 @@ static int quiet_off(Handler *h) {
     PyObject *type, *exc, *tb;
     PyErr_Fetch(&type, &exc, &tb);
     PyObject *args[] = {h->quiet, Py_None, Py_None, Py_None};
-    PyObject *left = PyObject_VectorcallMethod(S_exit, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *left = PyObject_VectorcallMethod(S_exit, args, 4, NULL); /* args[0] is the object */
     if (left == NULL) {
         Py_XDECREF(type);
         Py_XDECREF(exc);
