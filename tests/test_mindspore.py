@@ -147,6 +147,8 @@ def test_l1_names_counts_values_and_backward(tmp_path):
     assert_ms_stats(bwd["output"][1], gw.asnumpy(), rel=1e-5)
     assert_ms_stats(bwd["output"][1], x.asnumpy().T @ g_y, rel=1e-4)
     assert not any(n.startswith("Functional.exp") for n in d)  # the call that raised has no record
+    stacks = load(tmp_path, name="stack.json")                   # and no stack
+    assert not any(n.startswith("Functional.exp") for names, _ in stacks.values() for n in names)
     assert float(loss.asnumpy()) == pytest.approx(float(np.maximum((np.tanh(y) + 1) * 2, 0).sum()), rel=1e-5)
 
 

@@ -474,3 +474,46 @@ def test_a_failure_of_the_capture_is_reported_once_and_the_users_calls_go_on(tmp
     failures = [r for r in caplog.records if "internal failure in API capture" in r.getMessage()]
     assert len(failures) == 1, [r.getMessage()[:200] for r in failures]
     assert list(data(tmp_path / "dump")) == ["Torch.tanh.0.forward"]
+
+
+@pytest.mark.parametrize("route", ["C", "Python"])
+def test_a_call_that_raises_leaves_nothing_but_its_index(tmp_path, monkeypatch, route):
+    """An API or a module that raises inside the user's `try` has no record, so it has no parent in
+    construct.json, no stack, and no backward record when gradients later reach its inputs."""
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+
+    class Picky(nn.Module):
+        def forward(self, x):
+            if x.shape[-1] != 4:
+                raise ValueError("expected 4 features")
+            return x * 2
+
+    model = nn.Sequential(Picky())
+    w = torch.randn(3, 4, requires_grad=True)
+    d = PrecisionDebugger(dump_path=str(tmp_path / "dump"), task="statistics", level="mix")
+    d.start(model=model)
+    try:
+        torch.matmul(w, torch.randn(5, 2))       # raises: w's gradient below is not this call's
+    except RuntimeError:
+        pass
+    try:
+        model(w[:, :3])                          # the module raises
+    except ValueError:
+        pass
+    model(w).sum().backward()
+    d.stop()
+    d.step()
+    dump = data(tmp_path / "dump")
+    assert "Torch.matmul.0.forward" not in dump and "Torch.matmul.0.backward" not in dump
+    assert "Module.0.Picky.forward.0" not in dump and "Module.0.Picky.forward.1" in dump  # its index is used
+    assert "Module.0.Picky.backward.0" not in dump and "Module.0.Picky.backward.1" in dump
+    construct = load(tmp_path / "dump", name="construct.json")
+    stacks = load(tmp_path / "dump", name="stack.json")
+    named = [n for names, _ in stacks.values() for n in names]
+    for gone in ("Torch.matmul.0.forward", "Module.0.Picky.forward.0"):
+        assert gone not in construct and gone not in named, gone
+    assert set(construct) <= set(dump) and set(named) <= set(dump)  # only records that exist
+    assert all(names for names, _ in stacks.values()) and list(stacks) == [str(i) for i in range(len(stacks))]

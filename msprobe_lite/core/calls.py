@@ -43,7 +43,7 @@ class BackwardCall:
     """Collects the gradients of one forward call as they arrive; the record appears with the first one.
     What the config fixes for the run (which parts, stacks) is the recorder's, decided once."""
 
-    __slots__ = ("name", "recorder", "record", "n_in", "n_out", "parent", "save_as")
+    __slots__ = ("name", "recorder", "record", "n_in", "n_out", "parent", "save_as", "abandoned")
 
     def __init__(self, name, recorder, n_in, parent):
         self.name = name
@@ -53,11 +53,12 @@ class BackwardCall:
         self.n_out = 0
         self.parent = parent  # construct.json parent, written only if the record appears
         self.save_as = name if recorder.session.saves_tensors(name) else None
+        self.abandoned = False  # its forward call raised: gradients that reach its inputs are not its
 
     def fill(self, key, index, grad) -> None:
         recorder = self.recorder
         session = recorder.session
-        if not session.step_open or grad is None:  # MindSpore may report "no gradient" as None
+        if not session.step_open or grad is None or self.abandoned:  # MindSpore may report no gradient as None
             return
         if self.record is None:
             data = {}
@@ -215,6 +216,16 @@ class CallRecorder:
             self.gradients_after(call, output)
         if self.filtered:
             self.session.filter.on_end(call.name)
+
+    def abandon(self, name: str, call: Call | None = None) -> None:
+        """A call that raised (the user may catch it) leaves nothing but its used index: no parent in
+        construct.json, no stack, and no backward record from gradients that later reach its inputs (hooked
+        before it ran). `call` is None when it was begun without gradients (the C API handler)."""
+        self.session.construct.pop(name, None)
+        self.session.stacks.unfile(name)
+        backward = call.backward if call is not None else None
+        if backward is not None:
+            backward.abandoned = True
 
     def begin_api(self, key, args, kwargs, modules=None, parent=None) -> Call:
         """An API call, `key` = (prefix, api): records `{prefix}.{api}.{n}.forward` and `.backward`. Its

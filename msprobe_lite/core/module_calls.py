@@ -114,8 +114,9 @@ class ModuleHooks:
             if not stack:
                 return None
             call = stack.pop()
-            if output is None and sys.exc_info()[0] is not None:
-                return None  # the forward raised: no output to record
+            if output is None and sys.exc_info()[0] is not None:  # the forward raised: no output to record
+                self.recorder.abandon(call.name, call)
+                return None
             with quiet():
                 self.recorder.end(call, output)
             if call.backward is not None and not self.framework.tensor_hooks:

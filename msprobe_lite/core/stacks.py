@@ -142,6 +142,15 @@ class StackCollector:
                 for c, line in key)
         return list(frames)
 
+    def unfile(self, name: str) -> None:
+        """Takes `name` back out of the stacks of this step (a call that raised): the latest filing."""
+        for names, _ in reversed(self._entries):
+            if name in names:
+                names.reverse()  # the latest filing is the last: remove() takes the first
+                names.remove(name)
+                names.reverse()
+                return
+
     def frames_of(self, name: str) -> list:
         """The frames filed for `name` (forward records), or []."""
         for names, frames in self._entries:
@@ -150,7 +159,8 @@ class StackCollector:
         return []
 
     def to_json(self) -> dict:
-        return {str(i): [names, frames] for i, (names, frames) in enumerate(self._entries)}
+        """{index: [names, frames]} of the stacks that name a record (`unfile` may have emptied one)."""
+        return {str(i): entry for i, entry in enumerate(e for e in self._entries if e[0])}
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return sum(1 for names, _ in self._entries if names)

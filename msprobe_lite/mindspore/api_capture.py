@@ -184,7 +184,12 @@ class ApiCapture:
         depth.value += 1
         try:
             call = self._begin(key, args, kwargs)
-            out = original(*args, **kwargs)
+            try:
+                out = original(*args, **kwargs)
+            except BaseException:
+                if call is not None:
+                    self._abandon(call)
+                raise
             if call is not None:
                 self._end(call, key, args, out)
             return out
@@ -194,6 +199,10 @@ class ApiCapture:
     @guarded("API capture")
     def _begin(self, key, args, kwargs):
         return self.recorder.begin_api(key, args, kwargs, self.modules)
+
+    @guarded("API capture")
+    def _abandon(self, call) -> None:
+        self.recorder.abandon(call.name, call)
 
     @guarded("API capture")
     def _end(self, call, key, args, out):

@@ -38,6 +38,7 @@ typedef struct {
     PyObject *call_type;   /* core.calls.Call */
     PyObject *before;      /* CallRecorder.gradients_before(call, bwd_name, bwd_parent, args, kwargs) */
     PyObject *after;       /* CallRecorder.gradients_after(call, output) */
+    PyObject *abandon;     /* CallRecorder.abandon(name, call or None): the call raised */
     PyObject *current;     /* ModuleHooks.current() (mix level), or None */
     char fast;             /* bound, and this run's captured calls may be recorded here */
     char in_optimizer;     /* set by the optimizer's step hooks (mix level) */
@@ -306,6 +307,18 @@ static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Fligh
     return 0;
 }
 
+/* The user's call raised (its exception is set, and stays): CallRecorder.abandon takes back what begin() did. */
+static void abandon(Handler *h, Flight *f) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *args[] = {f->name, f->call ? f->call : Py_None};
+    PyObject *done = PyObject_Vectorcall(h->abandon, args, 2, NULL);
+    if (done == NULL && !reported(h, S_site_end))
+        PyErr_Clear(); /* not an Exception: the user's own exception goes on regardless */
+    Py_XDECREF(done);
+    PyErr_Restore(type, value, tb);
+}
+
 /* __torch_function__(func, types, args=(), kwargs=None) */
 static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames) {
     if (kwnames != NULL || nargs < 2 || nargs > 4 || h->table == NULL)
@@ -338,7 +351,9 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
         return NULL;
     }
     PyObject *out = PyObject_Call(func, args, kwargs);
-    if (out != NULL && f.record != NULL && end(h, entry, args, out, &f) < 0 && !reported(h, S_site_end))
+    if (out == NULL && f.record != NULL)
+        abandon(h, &f);
+    else if (out != NULL && f.record != NULL && end(h, entry, args, out, &f) < 0 && !reported(h, S_site_end))
         Py_CLEAR(out);
     flight_clear(&f);
     Py_DECREF(entry);
@@ -347,17 +362,17 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
 
 #define FIELDS(X)                                                                                          \
     X(table) X(session) X(encode) X(seal) X(record_type) X(grad_enabled) X(file_known) X(file_new) X(quiet)   \
-    X(report) X(twin) X(call_type) X(before) X(after) X(current)
+    X(report) X(twin) X(call_type) X(before) X(after) X(abandon) X(current)
 
 /* bind(table, session, encode, seal, record_type, grad_enabled, file_known, file_new, quiet, report, twin,
-        call_type, before, after, current, fast, has_modules, inputs, outputs, numbers) */
+        call_type, before, after, abandon, current, fast, has_modules, inputs, outputs, numbers) */
 static PyObject *Handler_bind(Handler *h, PyObject *args) {
 #define DECLARE(f) PyObject *f;
     FIELDS(DECLARE)
     int fast, has_modules, inputs, outputs, numbers;
-    if (!PyArg_ParseTuple(args, "O!OOOOOOOOOOOOOOppppp:bind", &PyDict_Type, &table, &session, &encode, &seal,
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOOOOOOOOOppppp:bind", &PyDict_Type, &table, &session, &encode, &seal,
                           &record_type, &grad_enabled, &file_known, &file_new, &quiet, &report, &twin, &call_type,
-                          &before, &after, &current, &fast, &has_modules, &inputs, &outputs, &numbers))
+                          &before, &after, &abandon, &current, &fast, &has_modules, &inputs, &outputs, &numbers))
         return NULL;
 #define KEEP(f) Py_INCREF(f); Py_XSETREF(h->f, f);
     FIELDS(KEEP)
@@ -392,7 +407,7 @@ static PyMethodDef HANDLER_METHODS[] = {
      "__torch_function__(func, types, args=(), kwargs=None): the mode's entry point (see the module)."},
     {"bind", (PyCFunction)Handler_bind, METH_VARARGS,
      "bind(table, session, encode, seal, record_type, grad_enabled, file_known, file_new, quiet, report, twin, "
-     "call_type, before, after, current, fast, has_modules, inputs, outputs, numbers): what the handler works with, once (ApiCapture.__init__)."},
+     "call_type, before, after, abandon, current, fast, has_modules, inputs, outputs, numbers): what the handler works with, once (ApiCapture.__init__)."},
     {NULL, NULL, 0, NULL}};
 
 static PyMemberDef HANDLER_MEMBERS[] = {

@@ -84,7 +84,7 @@ class ApiCapture(TorchFunctionMode):
         capture.bind(capture.table, session, encode, summarizer.seal, Record, recorder.recording_gradients,
                      stacks.file_known if recorder.extra else None, stacks.file_new if recorder.extra else None,
                      torch._C.DisableTorchFunction(), report_failure, ApiCapture.__torch_function__,
-                     Call, recorder.gradients_before, recorder.gradients_after,
+                     Call, recorder.gradients_before, recorder.gradients_after, recorder.abandon,
                      modules.current if modules is not None else None,
                      # the C route records what CallRecorder records when no filter and no saved tensor is in
                      # play and the C value encoder is built
@@ -152,7 +152,12 @@ class ApiCapture(TorchFunctionMode):
         except Exception as exc:  # noqa: BLE001 - never break the user's call
             report_failure("API capture", exc, site="ApiCapture._begin")
             call = None
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except BaseException:
+            if call is not None:
+                self._abandon(call)
+            raise
         if call is not None:
             try:
                 self.recorder.end_api(call, entry[1], args, out)
@@ -165,6 +170,10 @@ class ApiCapture(TorchFunctionMode):
         if not self.session.forward_on:
             return None
         return self._open(entry, args, kwargs)
+
+    @guarded("API capture")
+    def _abandon(self, call) -> None:
+        self.recorder.abandon(call.name, call)
 
     def _open(self, entry, args, kwargs):
         parent = None
