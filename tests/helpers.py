@@ -8,6 +8,22 @@ import os
 import numpy as np
 
 
+def dump_files(dump_path) -> dict:
+    """{relative path: bytes} of every file under `dump_path`: two dumps compared byte for byte."""
+    files = {}
+    for root, _, names in os.walk(str(dump_path)):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                files[os.path.relpath(os.path.join(root, name), str(dump_path))] = f.read()
+    return files
+
+
+def assert_same_files(a: dict, b: dict, at_least: int = 1) -> None:
+    assert sorted(a) == sorted(b) and len(a) >= at_least, (sorted(a), sorted(b))
+    for name in a:
+        assert a[name] == b[name], name
+
+
 def load(dump_path, step=0, rank=None, name="dump.json"):
     folder = os.path.join(str(dump_path), f"step{step}", "rank" if rank is None else f"rank{rank}")
     with open(os.path.join(folder, name), encoding="utf-8") as f:

@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import tanh  # imported by name before the debugger exists: must still be captured
 
-from helpers import assert_stats, data, load
+from helpers import assert_same_files, assert_stats, data, dump_files, load
 from models import make, train
 from test_bitwise import assert_bitwise
 
@@ -347,17 +347,6 @@ def _program(x, w, grad):
     return x, top, halves, ones
 
 
-def _dump_files(path) -> dict:
-    import os
-
-    files = {}
-    for root, _, names in os.walk(path):
-        for name in names:
-            with open(os.path.join(root, name), "rb") as f:
-                files[os.path.relpath(os.path.join(root, name), path)] = f.read()
-    return files
-
-
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("level", ["L1", "mix"])
 def test_calls_take_the_c_route_and_dump_what_the_python_route_dumps(tmp_path, monkeypatch, level, grad):
@@ -383,11 +372,8 @@ def test_calls_take_the_c_route_and_dump_what_the_python_route_dumps(tmp_path, m
         d.stop()
         d.step()
         assert (len(ended) == 0) == (route == "C"), (route, ended)
-        dumps.append(_dump_files(tmp_path / route))
-    fast, slow = dumps
-    assert sorted(fast) == sorted(slow) and len(fast) >= 3
-    for name in fast:
-        assert fast[name] == slow[name], name
+        dumps.append(dump_files(tmp_path / route))
+    assert_same_files(*dumps, at_least=3)
     dump = data(tmp_path / "C")
     forward = [n for n in dump if n.endswith(".forward")]
     assert forward == [
@@ -438,17 +424,14 @@ def test_whole_dumps_of_training_are_the_same_with_and_without_the_c_handler(tmp
             body["statistics"] = {"summary_mode": extra["summary_mode"]}
         (tmp_path / f"{route}.json").write_text(json.dumps(body))
         train(kind, steps=2, debugger=PrecisionDebugger(str(tmp_path / f"{route}.json")))
-        return _dump_files(tmp_path / route)
+        return dump_files(tmp_path / route)
 
     dumps = []
     for route in ("C", "Python"):  # one call site for both
         if route == "Python":
             monkeypatch.setattr(api_capture, "FastHandler", None)
         dumps.append(dump(route))
-    fast, slow = dumps
-    assert sorted(fast) == sorted(slow) and len(fast) >= 6
-    for name in fast:
-        assert fast[name] == slow[name], name
+    assert_same_files(*dumps, at_least=6)
     names = data(tmp_path / "C", step=1)
     assert any(n.startswith("Tensor.add_.") for n in names)  # the optimizer's update was recorded
 

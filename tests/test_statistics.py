@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from helpers import expected_stats
+from helpers import assert_same_files, dump_files, expected_stats
 
 from msprobe_lite.config import load_config
 from msprobe_lite.core.values import ValueEncoder
@@ -518,8 +518,6 @@ def test_inference_mode_calls_are_recorded(tmp_path, encoder_route):
                                          ("cnn", "L1")])
 def test_c_encoder_and_python_walk_write_the_same_dumps(tmp_path, monkeypatch, kind, level):
     """Whole dumps of real models, byte for byte: the C route is the Python route, faster."""
-    import os
-
     from models import train
 
     from msprobe_lite.pytorch import PrecisionDebugger
@@ -527,22 +525,14 @@ def test_c_encoder_and_python_walk_write_the_same_dumps(tmp_path, monkeypatch, k
     def dump(route):
         path = tmp_path / route
         train(kind, steps=2, debugger=PrecisionDebugger(dump_path=str(path), task="statistics", level=level))
-        files = {}
-        for root, _, names in os.walk(path):
-            for name in names:
-                with open(os.path.join(root, name), "rb") as f:
-                    files[os.path.relpath(os.path.join(root, name), path)] = f.read()
-        return files
+        return dump_files(path)
 
     dumps = []
     for route in ("C", "Python"):  # one call site: the stacks name the same line
         if route == "Python":
             monkeypatch.setattr(torch_summary, "FastEncoder", None)
         dumps.append(dump(route))
-    fast, slow = dumps
-    assert sorted(fast) == sorted(slow) and len(fast) >= 6
-    for name in fast:
-        assert fast[name] == slow[name], name
+    assert_same_files(*dumps, at_least=6)
 
 
 def test_a_tensor_whose_memory_another_thread_swaps_is_read_safely(tmp_path, encoder_route):
