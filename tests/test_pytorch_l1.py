@@ -500,3 +500,41 @@ def test_a_call_that_raises_leaves_nothing_but_its_index(tmp_path, monkeypatch, 
         assert gone not in construct and gone not in named, gone
     assert set(construct) <= set(dump) and set(named) <= set(dump)  # only records that exist
     assert all(names for names, _ in stacks.values()) and list(stacks) == [str(i) for i in range(len(stacks))]
+
+
+@pytest.mark.parametrize("break_what", ["module lookup", "construct"])
+def test_a_failure_midway_numbers_later_calls_alike_on_both_routes(tmp_path, monkeypatch, break_what):
+    """The C route does what the Python route does, in its order: a failure after the call was counted
+    leaves its index used on both (found by review: the C route counted after looking up the parent)."""
+    from msprobe_lite.core import module_calls
+    from msprobe_lite.pytorch import api_capture
+
+    fast_handler, current = api_capture.FastHandler, module_calls.ModuleHooks.current
+    fail = [False]
+
+    def failing_current(self):
+        if fail[0]:
+            fail[0] = False
+            raise ValueError("injected")
+        return current(self)
+
+    monkeypatch.setattr(module_calls.ModuleHooks, "current", failing_current)
+    names = {}
+    for route in ("C", "Python"):
+        monkeypatch.setattr(api_capture, "FastHandler", fast_handler if route == "C" else None)
+        d = PrecisionDebugger(dump_path=str(tmp_path / route), task="statistics", level="mix")
+        model, x = nn.Linear(2, 2), torch.ones(2)
+        d.start(model=model)
+        with torch.no_grad():
+            if break_what == "module lookup":
+                fail[0] = True
+                torch.exp(x)
+            else:
+                construct, d.session.construct = d.session.construct, None
+                torch.exp(x)
+                d.session.construct = construct
+            torch.exp(x)
+        names[route] = [n for n in d.session.records if "exp" in n]
+        d.stop()
+        d.step()
+    assert names["C"] == names["Python"] == ["Torch.exp.1.forward"]

@@ -73,7 +73,8 @@ class StackCollector:
     def capture(self, skip_frames: int = 1) -> int:
         """The walk id of the current user stack: its frames' code ids and offsets, numbered on first sight
         (when their lines are taken), so the key is hashed once per call."""
-        return self._walk_id(sys._getframe(skip_frames))
+        frame = sys._getframe(skip_frames)
+        return self._walk_id(frame, _walk_c(frame, self._skip_code) if _walk_c is not None else None)
 
     def file(self, name: str, frame) -> None:
         """Files `name` under the user stack seen from `frame` (None: no Python frame, an empty stack)."""
@@ -83,12 +84,11 @@ class StackCollector:
 
     def file_new(self, name: str, frame, found=None) -> None:
         """`file` where `file_known` met something new (a code, a walk, or the walk's first call this step);
-        `found` is what it returned: the walk's key, or None when it has none."""
+        `found` is what it returned: the walk's key, or None when a code is new (the walk is then Python's)."""
         self.add(name, self._walk_id(frame, found))
 
-    def _walk_id(self, frame, key=None) -> int:
-        if key is None and _walk_c is not None and frame is not None:
-            key = _walk_c(frame, self._skip_code)
+    def _walk_id(self, frame, key) -> int:
+        """The walk id of `key` (the C walk's), or of the Python walk from `frame` when `key` is None."""
         if key is None:
             key = self._walk(frame)  # also decides about the code objects seen for the first time
         walk = self._by_offsets.get(key)

@@ -32,7 +32,7 @@ typedef struct {
     PyObject *grad_enabled;/* torch.is_grad_enabled */
     PyObject *file_known;  /* StackCollector.file_known(name, frame): True, or what it found for file_new */
     PyObject *file_new;    /* StackCollector.file_new(name, frame, found), or None when stacks are not kept */
-    PyObject *quiet;       /* a torch._C.DisableTorchFunction: the encoder's reads are not torch calls */
+    PyObject *quiet;       /* torch._C.DisableTorchFunction: the encoder's reads are not torch calls */
     PyObject *report;      /* core.safety.report_failure */
     PyObject *twin;        /* ApiCapture.__torch_function__, the Python function */
     PyObject *call_type;   /* core.calls.Call */
@@ -84,26 +84,35 @@ static int reported(Handler *h, PyObject *site) {
     PyObject *done = names ? PyObject_Vectorcall(h->report, args, 2, names) : NULL;
     Py_XDECREF(names);
     Py_XDECREF(done);
-    PyErr_Clear(); /* reporting failed too: nothing more to do, the user's call goes on */
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
+    if (done == NULL && !PyErr_ExceptionMatches(PyExc_Exception))
+        return 0; /* a KeyboardInterrupt while reporting: the user's, as on the Python route */
+    PyErr_Clear(); /* reporting failed: nothing more to do, the user's call goes on */
     return 1;
 }
 
-/* The encoder's work runs inside DisableTorchFunction, as in Summarizer.encode: quiet_on(), then quiet_off(),
-   which keeps an exception already set. */
-static int quiet_on(Handler *h) {
-    PyObject *entered = PyObject_CallMethodNoArgs(h->quiet, S_enter);
-    Py_XDECREF(entered);
-    return entered == NULL ? -1 : 0;
+/* The encoder's work runs inside DisableTorchFunction, as in Summarizer.encode: quiet_on() returns a new
+   one, entered (NULL on failure); quiet_off() leaves it and keeps an exception already set (-1 then). A new
+   one each time: the object keeps the state it replaced, so it must never be entered twice at once. */
+static PyObject *quiet_on(Handler *h) {
+    PyObject *quiet = PyObject_CallNoArgs(h->quiet);
+    PyObject *entered = quiet ? PyObject_CallMethodNoArgs(quiet, S_enter) : NULL;
+    if (entered == NULL) {
+        Py_XDECREF(quiet);
+        return NULL;
+    }
+    Py_DECREF(entered);
+    return quiet;
 }
 
-static int quiet_off(Handler *h) {
+static int quiet_off(PyObject *quiet) {
     PyObject *type, *exc, *tb;
     PyErr_Fetch(&type, &exc, &tb);
-    PyObject *args[] = {h->quiet, Py_None, Py_None, Py_None};
+    PyObject *args[] = {quiet, Py_None, Py_None, Py_None};
     PyObject *left = PyObject_VectorcallMethod(S_exit, args, 4, NULL); /* args[0] is the object */
+    Py_DECREF(quiet);
     if (left == NULL) {
         Py_XDECREF(type);
         Py_XDECREF(exc);
@@ -113,6 +122,19 @@ static int quiet_off(Handler *h) {
     Py_DECREF(left);
     PyErr_Restore(type, exc, tb);
     return type == NULL ? 0 : -1;
+}
+
+/* hasattr(v, name): 1 or 0, -1 with an exception other than AttributeError set (hasattr lets it through). */
+static int has_attr(PyObject *v, PyObject *name) {
+    PyObject *found = PyObject_GetAttr(v, name);
+    if (found != NULL) {
+        Py_DECREF(found);
+        return 1;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+        return -1;
+    PyErr_Clear();
+    return 0;
 }
 
 static int set_item_new(PyObject *dict, PyObject *key, PyObject *value) { /* steals value */
@@ -126,7 +148,7 @@ static int set_item_new(PyObject *dict, PyObject *key, PyObject *value) { /* ste
 /* The session's per-step dict `name` (replaced at every step: read per call). */
 static PyObject *step_dict(Handler *h, PyObject *name) {
     PyObject *d = PyObject_GetAttr(h->session, name);
-    if (d != NULL && !PyDict_Check(d)) {
+    if (d != NULL && !PyDict_CheckExact(d)) {
         PyErr_Format(PyExc_TypeError, "session.%U: expected a dict, got %.100s", name, Py_TYPE(d)->tp_name);
         Py_CLEAR(d);
     }
@@ -146,46 +168,37 @@ static void flight_clear(Flight *f) {
     Py_CLEAR(f->call);
 }
 
-/* The call's parent in construct.json, and its backward record's parent (borrowed from `*owner`, a new
-   reference or NULL): ApiCapture._open and CallRecorder.begin_api. */
-static int parents(Handler *h, PyObject *construct, PyObject **parent, PyObject **bwd_parent, PyObject **owner) {
-    *parent = *bwd_parent = Py_None;
-    if (!h->has_modules)
-        return 0;
-    if (h->in_optimizer) { /* the optimizer's calls */
-        *parent = S_optimizer;
-        return PyDict_SetItem(construct, S_optimizer, Py_None);
-    }
-    PyObject *outer = PyObject_CallNoArgs(h->current); /* the innermost module call, or None */
+/* The innermost module call's name and backward name (mix level), as new references in owner[0] and
+   owner[1], or None when no module is running: CallRecorder.begin_api. */
+static int module_parents(Handler *h, PyObject **owner) {
+    PyObject *outer = PyObject_CallNoArgs(h->current);
     if (outer == NULL)
         return -1;
     if (outer != Py_None) {
-        PyObject *name = PyObject_GetAttr(outer, S_name);
-        PyObject *bwd_name = name ? PyObject_GetAttr(outer, S_bwd_name) : NULL;
-        if (bwd_name == NULL) {
-            Py_XDECREF(name);
-            Py_DECREF(outer);
-            return -1;
-        }
-        *parent = name;
-        *bwd_parent = bwd_name;
-        owner[0] = name; /* keeps both alive while the call begins */
-        owner[1] = bwd_name;
+        owner[0] = PyObject_GetAttr(outer, S_name);
+        owner[1] = owner[0] ? PyObject_GetAttr(outer, S_bwd_name) : NULL;
     }
     Py_DECREF(outer);
-    return 0;
+    return outer != Py_None && owner[1] == NULL ? -1 : 0;
 }
 
-/* CallRecorder.begin_api + begin without filters: counts the call, names it, makes its record with the
-   inputs, sets its parent, files its stack, and with gradients recorded hooks its inputs (gradients_before). */
+/* CallRecorder.begin_api + begin without filters, in their order (a failure midway leaves what the Python
+   route would leave): counts the call, names it, makes its record with the inputs, sets its parent, files
+   its stack, and with gradients recorded hooks its inputs (gradients_before). */
 static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, Flight *f) {
     if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
         PyErr_SetString(PyExc_TypeError, "API table: expected (prefix, api) tuples");
         return -1;
     }
-    PyObject *construct = NULL, *counters = NULL, *owner[2] = {NULL, NULL}, *parent, *bwd_parent;
-    if ((construct = step_dict(h, S_construct)) == NULL || parents(h, construct, &parent, &bwd_parent, owner) < 0 ||
-        (counters = step_dict(h, S_counters)) == NULL)
+    PyObject *construct = NULL, *counters = NULL, *owner[2] = {NULL, NULL};
+    PyObject *parent = Py_None, *bwd_parent = Py_None;
+    int optimizer = h->has_modules && h->in_optimizer;
+    if (optimizer) { /* ApiCapture._open: the optimizer's calls, before the call is counted */
+        parent = S_optimizer;
+        if ((construct = step_dict(h, S_construct)) == NULL || PyDict_SetItem(construct, S_optimizer, Py_None) < 0)
+            goto fail;
+    }
+    if ((counters = step_dict(h, S_counters)) == NULL)
         goto fail;
     PyObject *count = PyDict_GetItemWithError(counters, entry);
     if (count == NULL && PyErr_Occurred())
@@ -195,23 +208,34 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
         goto fail;
     if (set_item_new(counters, entry, PyLong_FromSsize_t(n + 1)) < 0)
         goto fail;
+    if (h->has_modules && !optimizer) {
+        if (module_parents(h, owner) < 0)
+            goto fail;
+        if (owner[0] != NULL) {
+            parent = owner[0];
+            bwd_parent = owner[1];
+        }
+    }
     PyObject *prefix = PyTuple_GET_ITEM(entry, 0), *api = PyTuple_GET_ITEM(entry, 1);
     f->name = PyUnicode_FromFormat("%S.%S.%zd.forward", prefix, api, n);
     if (f->name == NULL || (f->data = PyDict_New()) == NULL)
         goto fail;
     if (h->inputs) {
         PyObject *kw = kwargs != NULL ? (Py_INCREF(kwargs), kwargs) : PyDict_New();
-        if (kw == NULL || quiet_on(h) < 0) {
+        PyObject *quiet = kw ? quiet_on(h) : NULL;
+        if (quiet == NULL) {
             Py_XDECREF(kw);
             goto fail;
         }
         int done = set_item_new(f->data, S_input_args, PyObject_CallOneArg(h->encode, args)) == 0 &&
                    set_item_new(f->data, S_input_kwargs, PyObject_CallOneArg(h->encode, kw)) == 0;
         Py_DECREF(kw);
-        if (quiet_off(h) < 0 || !done)
+        if (quiet_off(quiet) < 0 || !done)
             goto fail;
     }
     if (h->file_new != Py_None) {
+        if (construct == NULL && (construct = step_dict(h, S_construct)) == NULL)
+            goto fail;
         if (PyDict_SetItem(construct, f->name, parent) < 0)
             goto fail;
         PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed: the caller of the torch function */
@@ -231,10 +255,11 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
     if ((f->record = PyObject_Vectorcall(h->record_type, parts, 2, NULL)) == NULL)
         goto fail;
     PyObject *grad = PyObject_CallNoArgs(h->grad_enabled);
-    if (grad == NULL)
+    int recording = grad ? PyObject_IsTrue(grad) : -1;
+    Py_XDECREF(grad);
+    if (recording < 0)
         goto fail;
-    Py_DECREF(grad);
-    if (grad != Py_False) {
+    if (recording) {
         PyObject *bwd_name = PyUnicode_FromFormat("%S.%S.%zd.backward", prefix, api, n);
         f->call = bwd_name ? PyObject_CallOneArg(h->call_type, f->name) : NULL;
         PyObject *before[] = {f->call, bwd_name, bwd_parent, args, kwargs ? kwargs : Py_None};
@@ -246,7 +271,7 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
     }
     Py_XDECREF(owner[0]);
     Py_XDECREF(owner[1]);
-    Py_DECREF(construct);
+    Py_XDECREF(construct);
     Py_DECREF(counters);
     return 0;
 fail:
@@ -267,8 +292,15 @@ static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Fligh
             shown = PyTuple_GET_ITEM(args, 0);
         else if (PyErr_Occurred())
             return -1;
-        int whole = (PyList_Check(shown) || PyTuple_Check(shown)) && !PyObject_HasAttr(shown, S_fields);
-        if (quiet_on(h) < 0)
+        int whole = PyList_Check(shown) || PyTuple_Check(shown);
+        if (whole) { /* a named tuple is one value */
+            int named = has_attr(shown, S_fields);
+            if (named < 0)
+                return -1;
+            whole = !named;
+        }
+        PyObject *quiet = quiet_on(h);
+        if (quiet == NULL)
             return -1;
         PyObject *encoded = PyObject_CallOneArg(h->encode, shown);
         if (encoded != NULL && !whole) { /* a single value: [value] */
@@ -278,7 +310,7 @@ static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Fligh
             else
                 Py_DECREF(one);
         }
-        if (quiet_off(h) < 0) {
+        if (quiet_off(quiet) < 0) {
             Py_XDECREF(encoded);
             return -1;
         }
@@ -344,7 +376,7 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
     if (!h->fast)
         return call_twin(h, argv, nargs, kwnames);
 
-    Py_INCREF(entry);
+    Py_INCREF(entry); /* the table's, held while Python code runs */
     Flight f = {NULL, NULL, NULL, NULL};
     if (begin(h, entry, args, kwargs, &f) < 0 && !reported(h, S_site_begin)) {
         Py_DECREF(entry);
@@ -407,7 +439,8 @@ static PyMethodDef HANDLER_METHODS[] = {
      "__torch_function__(func, types, args=(), kwargs=None): the mode's entry point (see the module)."},
     {"bind", (PyCFunction)Handler_bind, METH_VARARGS,
      "bind(table, session, encode, seal, record_type, grad_enabled, file_known, file_new, quiet, report, twin, "
-     "call_type, before, after, abandon, current, fast, has_modules, inputs, outputs, numbers): what the handler works with, once (ApiCapture.__init__)."},
+     "call_type, before, after, abandon, current, fast, has_modules, inputs, outputs, numbers): what the "
+     "handler works with, once (ApiCapture.make)."},
     {NULL, NULL, 0, NULL}};
 
 static PyMemberDef HANDLER_MEMBERS[] = {
