@@ -4,8 +4,10 @@ A loop of `torch.add(x, b)` on 4x16 float32 tensors (each result feeds the next 
 without the debugger, under a do-nothing TorchFunctionMode (the price of PyTorch calling Python for every
 call), and at L1 with config variants that drop one part each: stacks (`extra_info: false`), inputs
 (`statistics.data_mode: ["output"]`), outputs (`["input"]`). The difference between the variants is what
-that part costs per call. Writing is outside the loop (stop()/step() are not timed); gradients are off
-unless `--grad` (then each call also registers a gradient hook, torch's `register_hook`).
+that part costs per call. Writing is outside the loop (stop()/step() are not timed); the tensors do not
+require grad unless `--grad` (then each call also registers a gradient hook, torch's `register_hook`). One
+more row runs the L1 loop under `torch.no_grad()`, as an optimizer's calls run: with gradients recorded,
+each captured call asks Python whether to hook its tensors, even when none requires grad.
 Best of `--repeats` loops of `--calls` calls, in microseconds per call.
 
     .venv/bin/python tools/bench_calls.py
@@ -76,6 +78,9 @@ def main(argv=None) -> int:
                            **extra}, f)
             d = PrecisionDebugger(path)
             rows[name] = _best((d.start, lambda d=d: (d.stop(), d.step())), args)
+            if name == "L1":
+                with torch.no_grad():
+                    rows["L1 under torch.no_grad()"] = _best((d.start, lambda d=d: (d.stop(), d.step())), args)
     base = rows["off"]
     print(f"{'variant':<36} {'us/call':>8} {'extra':>7}")
     for name, t in rows.items():
