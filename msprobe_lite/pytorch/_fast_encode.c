@@ -12,12 +12,16 @@ What is done here, with the same results as the Python route (tests compare the 
 - the summary cache of Summarizer._cached: entries (weak reference, _version, summary) keyed by id;
 - summaries of CPU float32/float64/bfloat16 tensors that are not lazily negated and not empty, and whose
   values are contiguous or rows of memory (a transposed tensor, q/k/v sliced out of one projection: the
-  layouts of summary.py `_rows`), read in place by the one-pass kernel of core/_fast_stats.c. Every other
-  tensor, and values that are not all finite, are summarised by the Python route (`summarize`).
+  layouts of summary.py `_rows`), read in place by the one-pass kernel of core/_fast_stats.c; int64 and
+  bool tensors of the same layouts are read here. Every other tensor, float values that are not all
+  finite, and int64 values whose float64 sums could round, are summarised by the Python route
+  (`summarize`).
 Used only while no tensor file is written for the record (the file names need each value's path).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
+#include <stdint.h>
 #include <structmember.h>
 
 #include "_fast_stats.h"
@@ -181,7 +185,55 @@ static int rows_of(PyObject *shape, PyObject *strides, Py_ssize_t *rows, Py_ssiz
     return *stride >= *run;
 }
 
-/* summary_in_c once the dtype is one the kernel reads. */
+/* Kinds read here besides the kernel's floats (0 float32, 1 float64, 2 bfloat16): token ids, positions and
+   targets (int64) and masks (bool), a few in every step of a transformer. The Python route reads them
+   through numpy, whose rarely run code costs 20 to 50 µs a tensor in the middle of a training step. */
+#define KIND_INT64 3
+#define KIND_BOOL 4
+#define EXACT_BELOW 4503599627370496.0 /* 2^52: every partial sum below 2^53 is exact in float64 */
+
+/* (Max, Min, Mean, Norm) of int64 values as the Python route gives them (summary.py `_cpu_stats`: exact Max
+   and Min, Mean and Norm from float64 sums), or NULL with no exception set when that route must decide:
+   its float64 sums are exact, whatever their order, only while every partial sum stays below 2^53. */
+static PyObject *int64_stats(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride) {
+    int64_t high = INT64_MIN, low = INT64_MAX;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const int64_t *x = (const int64_t *)base + r * stride;
+        for (Py_ssize_t k = 0; k < run; k++) {
+            high = x[k] > high ? x[k] : high;
+            low = x[k] < low ? x[k] : low;
+        }
+    }
+    uint64_t up = high > 0 ? (uint64_t)high : 0, down = low < 0 ? (uint64_t)0 - (uint64_t)low : 0;
+    double largest = (double)(up > down ? up : down), n = (double)(rows * run); /* the largest magnitude */
+    if (largest * n >= EXACT_BELOW || largest * largest * n >= EXACT_BELOW)
+        return NULL;
+    int64_t sum = 0; /* exact: below 2^52 in magnitude by the test above */
+    uint64_t squares = 0;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const int64_t *x = (const int64_t *)base + r * stride;
+        for (Py_ssize_t k = 0; k < run; k++) {
+            sum += x[k];
+            squares += (uint64_t)(x[k] * x[k]);
+        }
+    }
+    return Py_BuildValue("(LLdd)", (long long)high, (long long)low, (double)sum / n, sqrt((double)squares));
+}
+
+/* (Max, Min, Mean, Norm) of bool values as the Python route gives them: (any, all, None, None). */
+static PyObject *bool_stats(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride) {
+    int any = 0, all = 1;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const unsigned char *x = (const unsigned char *)base + r * stride;
+        for (Py_ssize_t k = 0; k < run; k++) {
+            any |= x[k] != 0;
+            all &= x[k] != 0;
+        }
+    }
+    return Py_BuildValue("(OOOO)", any ? Py_True : Py_False, all ? Py_True : Py_False, Py_None, Py_None);
+}
+
+/* summary_in_c once the dtype is one read here. */
 static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
     if (attr_bool(t, S_is_meta) != 0 || attr_bool(t, S_is_cpu) != 1 || method_bool(t, S_is_neg) != 0)
         goto python;
@@ -214,18 +266,32 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
     Py_XDECREF(address);
     if (data == NULL)
         goto python;
-    double out[4];
     /* The GIL stays held: a tensor object does not pin its memory (another thread's `t.set_()`, `t.data =`
-       or `resize_()` would free it), and with the GIL no Python code runs until the kernel is done. */
-    if (!STATS->one_pass((const char *)data, rows, run, stride, (int)PyLong_AsLong(PyTuple_GET_ITEM(kind, 0)), 0, out))
-        goto python; /* NaN or an infinity: the library route knows the spec's rules for them */
+       or `resize_()` would free it), and with the GIL no Python code runs until the reading is done. */
+    long code = PyLong_AsLong(PyTuple_GET_ITEM(kind, 0));
+    PyObject *stats;
+    if (code == KIND_INT64 || code == KIND_BOOL) {
+        stats = code == KIND_INT64 ? int64_stats((const char *)data, rows, run, stride)
+                                   : bool_stats((const char *)data, rows, run, stride);
+        if (stats == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            goto python; /* int64 sums that float64 may round: the Python route's order decides */
+        }
+    } else {
+        double out[4];
+        if (!STATS->one_pass((const char *)data, rows, run, stride, (int)code, 0, out))
+            goto python; /* NaN or an infinity: the library route knows the spec's rules for them */
+        if ((stats = Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3])) == NULL)
+            return NULL;
+    }
     PyObject *shape = canonical_shape(e, t);
     int grad = shape ? attr_bool(t, S_requires_grad) : -1;
     if (grad < 0) {
         Py_XDECREF(shape);
+        Py_DECREF(stats);
         goto python;
     }
-    PyObject *stats = Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
     PyObject *summary = stats == NULL ? NULL
                                       : PyObject_CallFunctionObjArgs(e->summary_type, S_torch_tensor,
                                                                      PyTuple_GET_ITEM(kind, 1), shape, stats,
@@ -482,8 +548,9 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
             return -1;
         }
         long k = PyLong_AsLong(PyTuple_GET_ITEM(value, 0));
-        if (k < 0 || k > 2) {
-            PyErr_SetString(PyExc_ValueError, "Encoder(): kernel kinds are 0 (float32), 1 (float64), 2 (bfloat16)");
+        if (k < 0 || k > KIND_BOOL) {
+            PyErr_SetString(PyExc_ValueError, "Encoder(): kinds are 0 (float32), 1 (float64), 2 (bfloat16), "
+                                              "3 (int64), 4 (bool)");
             return -1;
         }
     }
