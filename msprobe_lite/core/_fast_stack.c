@@ -111,7 +111,8 @@ static PyObject *file(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (i == -1 && PyErr_Occurred())
         return NULL;
     PyObject *entry = i >= 0 && i < PyList_GET_SIZE(args[3]) ? PyList_GET_ITEM(args[3], i) : NULL;
-    if (entry == NULL || !PyList_Check(entry) || PyList_GET_SIZE(entry) < 1 || !PyList_Check(PyList_GET_ITEM(entry, 0))) {
+    if (entry == NULL || !PyList_Check(entry) || PyList_GET_SIZE(entry) < 1 ||
+        !PyList_Check(PyList_GET_ITEM(entry, 0))) {
         PyErr_SetString(PyExc_ValueError, "file(): entries[walk_ids[walk]] is not a [names, frames] list");
         return NULL;
     }
