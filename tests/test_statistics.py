@@ -597,3 +597,32 @@ def test_int64_and_bool_tensors_are_read_in_c_as_the_python_route_reads_them(mon
             wide = [int(v) for v in t.reshape(-1).tolist()]
             assert got[:2] == (max(wide), min(wide)) and all(type(v) is int for v in got[:2])
             assert got[2] == sum(wide) / len(wide) and got[3] == math.sqrt(sum(v * v for v in wide))
+
+
+def test_infinities_without_nan_are_read_in_c_as_the_python_route_reads_them(monkeypatch):
+    """Masked attention scores (-inf above the diagonal) are read in C: Max and Min as they are, Norm
+    infinite, Mean the infinity's sign (NaN with both). NaN, finite values large enough that a sum's order
+    could matter, and large tensors stay with the Python route."""
+    fast = TorchSummarizer(_Session())
+    monkeypatch.setattr(torch_summary, "FastEncoder", None)
+    slow = TorchSummarizer(_Session())
+    to_python = []
+    monkeypatch.setattr(fast, "_summarize", lambda t: to_python.append(t) or TorchSummarizer._summarize(fast, t))
+    g = torch.Generator().manual_seed(11)
+    mask = torch.ones(16, 16, dtype=torch.bool).triu(1)
+    scores = torch.randn(4, 4, 16, 16, generator=g).masked_fill(mask, float("-inf"))
+    both = torch.tensor([1.0, float("inf"), -2.0, float("-inf")])
+    in_c = [scores, scores.transpose(-2, -1), scores.to(torch.bfloat16), scores.double(),
+            torch.full((5,), float("-inf")), torch.tensor([3.0, float("inf")]), both]
+    in_python = [torch.tensor([1.0, float("nan"), float("-inf")]),
+                 torch.tensor([3e38, 3e38, float("-inf")]),            # the finite part could overflow a sum
+                 torch.tensor([1e308, 1e308, float("inf")], dtype=torch.float64),
+                 # above 16,384 values the Python route's reductions are faster than a second C pass
+                 torch.randn(300, 300, generator=g).masked_fill(torch.rand(300, 300, generator=g) > 0.7, float("-inf"))]
+    for t in in_c + in_python:
+        assert _encoded_text(fast, t) == _encoded_text(slow, t), t
+    assert [id(t) for t in to_python] == [id(t) for t in in_python]
+    finite = scores[~scores.isinf()]
+    assert fast.encode(scores).stats == (float(finite.max()), float("-inf"), float("-inf"), float("inf"))
+    high, low, mean, norm = fast.encode(both).stats
+    assert (high, low, norm) == (float("inf"), float("-inf"), float("inf")) and math.isnan(mean)

@@ -13,15 +13,17 @@ What is done here, with the same results as the Python route (tests compare the 
 - summaries of CPU float32/float64/bfloat16 tensors that are not lazily negated and not empty, and whose
   values are contiguous or rows of memory (a transposed tensor, q/k/v sliced out of one projection: the
   layouts of summary.py `_rows`), read in place by the one-pass kernel of core/_fast_stats.c; int64 and
-  bool tensors of the same layouts are read here. Every other tensor, float values that are not all
-  finite, and int64 values whose float64 sums could round, are summarised by the Python route
-  (`summarize`).
+  bool tensors of the same layouts are read here, and float values with infinities but no NaN (masked
+  attention scores). Every other tensor, float values with NaN, and int64 or float values whose sums could
+  come out differently in another order, are summarised by the Python route (`summarize`).
 Used only while no tensor file is written for the record (the file names need each value's path).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <structmember.h>
 
 #include "_fast_stats.h"
@@ -233,6 +235,82 @@ static PyObject *bool_stats(const char *base, Py_ssize_t rows, Py_ssize_t run, P
     return Py_BuildValue("(OOOO)", any ? Py_True : Py_False, all ? Py_True : Py_False, Py_None, Py_None);
 }
 
+/* Whether float values hold +inf (`above`) and -inf (`below`), and their largest finite magnitude; 0 when
+   one is NaN. One loop per kind (float32, float64, bfloat16 as float32), rows of `run` values `stride` apart,
+   8 independent lanes without branches (one lane would wait on each comparison). */
+#define INFINITIES(NAME, ELEM, LOAD)                                                                     \
+    static int NAME(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride, int *above,    \
+                    int *below, double *largest) {                                                       \
+        int up = 0, down = 0, nan = 0;                                                                   \
+        double m[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                          \
+        for (Py_ssize_t r = 0; r < rows; r++) {                                                          \
+            const ELEM *x = (const ELEM *)base + r * stride;                                             \
+            Py_ssize_t k = 0;                                                                            \
+            for (; k + 8 <= run; k += 8)                                                                 \
+                for (int j = 0; j < 8; j++) {                                                            \
+                    double v = LOAD(x[k + j]), size = fabs(v);                                           \
+                    nan |= v != v;                                                                       \
+                    up |= v == INFINITY;                                                                 \
+                    down |= v == -INFINITY;                                                              \
+                    m[j] = size < INFINITY && size > m[j] ? size : m[j];                                 \
+                }                                                                                        \
+            for (; k < run; k++) {                                                                       \
+                double v = LOAD(x[k]), size = fabs(v);                                                   \
+                nan |= v != v;                                                                           \
+                up |= v == INFINITY;                                                                     \
+                down |= v == -INFINITY;                                                                  \
+                m[0] = size < INFINITY && size > m[0] ? size : m[0];                                     \
+            }                                                                                            \
+        }                                                                                                \
+        for (int j = 1; j < 8; j++)                                                                      \
+            m[0] = m[j] > m[0] ? m[j] : m[0];                                                            \
+        *above = up;                                                                                     \
+        *below = down;                                                                                   \
+        *largest = m[0];                                                                                 \
+        return !nan;                                                                                     \
+    }
+
+static inline double plain(double v) { return v; }
+
+static inline double bf16(uint16_t bits) {
+    uint32_t wide = (uint32_t)bits << 16;
+    float out;
+    memcpy(&out, &wide, sizeof out);
+    return out;
+}
+
+INFINITIES(infinities_f32, float, plain)
+INFINITIES(infinities_f64, double, plain)
+INFINITIES(infinities_bf16, uint16_t, bf16)
+
+/* (Max, Min, Mean, Norm) of float values the kernel found not all finite (`out`: its Max and Min, which
+   ignore NaN), when they hold infinities and no NaN (masked attention scores: -inf), as the Python route
+   gives them: Max and Min what they are, Norm infinite, Mean the infinity's sign (NaN with both signs).
+   That route sums in float32 (float64 for float64 values), so its Mean is that only while the finite
+   values cannot overflow a sum in any order: their largest magnitude times their number stays below a
+   quarter of the type's largest value. Only up to INFINITE_IN_C values: above, that route's vectorised
+   reductions are faster than this loop (4 against 12 µs at 4,096 values, 45 against 29 µs at 65,536).
+   NULL (no exception set) when the Python route decides: NaN, a float32 sum that overflowed without any
+   infinity, more values. */
+#define INFINITE_IN_C (1 << 14)
+static PyObject *infinite_stats(const char *base, int kind, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride,
+                                const double out[4]) {
+    if (rows * run > INFINITE_IN_C)
+        return NULL;
+    int above = 0, below = 0, clean;
+    double largest = 0;
+    if (kind == 0)
+        clean = infinities_f32(base, rows, run, stride, &above, &below, &largest);
+    else if (kind == 1)
+        clean = infinities_f64(base, rows, run, stride, &above, &below, &largest);
+    else
+        clean = infinities_bf16(base, rows, run, stride, &above, &below, &largest);
+    if (!clean || !(above || below) || !(largest * (double)(rows * run) < (kind == 1 ? DBL_MAX : FLT_MAX) / 4))
+        return NULL;
+    double mean = above && below ? NAN : above ? INFINITY : -INFINITY;
+    return Py_BuildValue("(dddd)", out[0], out[1], mean, INFINITY);
+}
+
 /* summary_in_c once the dtype is one read here. */
 static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
     if (attr_bool(t, S_is_meta) != 0 || attr_bool(t, S_is_cpu) != 1 || method_bool(t, S_is_neg) != 0)
@@ -280,9 +358,12 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
         }
     } else {
         double out[4];
-        if (!STATS->one_pass((const char *)data, rows, run, stride, (int)code, 0, out))
-            goto python; /* NaN or an infinity: the library route knows the spec's rules for them */
-        if ((stats = Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3])) == NULL)
+        if (STATS->one_pass((const char *)data, rows, run, stride, (int)code, 0, out))
+            stats = Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
+        else if ((stats = infinite_stats((const char *)data, (int)code, rows, run, stride, out)) == NULL &&
+                 !PyErr_Occurred())
+            goto python; /* NaN, or a float32 lane sum that overflowed: the library route's rules */
+        if (stats == NULL)
             return NULL;
     }
     PyObject *shape = canonical_shape(e, t);
