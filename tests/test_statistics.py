@@ -601,8 +601,9 @@ def test_int64_and_bool_tensors_are_read_in_c_as_the_python_route_reads_them(mon
 
 def test_infinities_without_nan_are_read_in_c_as_the_python_route_reads_them(monkeypatch):
     """Masked attention scores (-inf above the diagonal) are read in C: Max and Min as they are, Norm
-    infinite, Mean the infinity's sign (NaN with both). NaN, finite values large enough that a sum's order
-    could matter, and large tensors stay with the Python route."""
+    infinite, Mean the infinity's sign (NaN with both). NaN, a zero Max or Min (a review found that the sign
+    of the zero kept depends on the reading order), finite values large enough that a sum's order could
+    matter, and large tensors stay with the Python route."""
     fast = TorchSummarizer(_Session())
     monkeypatch.setattr(torch_summary, "FastEncoder", None)
     slow = TorchSummarizer(_Session())
@@ -615,6 +616,8 @@ def test_infinities_without_nan_are_read_in_c_as_the_python_route_reads_them(mon
     in_c = [scores, scores.transpose(-2, -1), scores.to(torch.bfloat16), scores.double(),
             torch.full((5,), float("-inf")), torch.tensor([3.0, float("inf")]), both]
     in_python = [torch.tensor([1.0, float("nan"), float("-inf")]),
+                 torch.tensor([-0.0, 0.0, float("-inf")]),  # which zero is Max depends on the reading order
+                 torch.tensor([float("inf"), 0.0, -0.0]).bfloat16(),
                  torch.tensor([3e38, 3e38, float("-inf")]),            # the finite part could overflow a sum
                  torch.tensor([1e308, 1e308, float("inf")], dtype=torch.float64),
                  # above 16,384 values the Python route's reductions are faster than a second C pass

@@ -192,34 +192,31 @@ static int rows_of(PyObject *shape, PyObject *strides, Py_ssize_t *rows, Py_ssiz
    through numpy, whose rarely run code costs 20 to 50 µs a tensor in the middle of a training step. */
 #define KIND_INT64 3
 #define KIND_BOOL 4
-#define EXACT_BELOW 4503599627370496.0 /* 2^52: every partial sum below 2^53 is exact in float64 */
+#define EXACT_BELOW 4503599627370496.0 /* 2^52: sums kept below it are exact in float64 (2^53), with room */
 
 /* (Max, Min, Mean, Norm) of int64 values as the Python route gives them (summary.py `_cpu_stats`: exact Max
    and Min, Mean and Norm from float64 sums), or NULL with no exception set when that route must decide:
-   its float64 sums are exact, whatever their order, only while every partial sum stays below 2^53. */
+   its float64 sums are exact, whatever their order, only while every partial sum stays small (EXACT_BELOW).
+   One pass: the sums are unsigned, so they wrap (defined) rather than overflow, and are used only when the
+   largest magnitude says that they could not have. */
 static PyObject *int64_stats(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride) {
     int64_t high = INT64_MIN, low = INT64_MAX;
+    uint64_t sum = 0, squares = 0;
     for (Py_ssize_t r = 0; r < rows; r++) {
         const int64_t *x = (const int64_t *)base + r * stride;
         for (Py_ssize_t k = 0; k < run; k++) {
             high = x[k] > high ? x[k] : high;
             low = x[k] < low ? x[k] : low;
+            sum += (uint64_t)x[k];
+            squares += (uint64_t)x[k] * (uint64_t)x[k];
         }
     }
     uint64_t up = high > 0 ? (uint64_t)high : 0, down = low < 0 ? (uint64_t)0 - (uint64_t)low : 0;
     double largest = (double)(up > down ? up : down), n = (double)(rows * run); /* the largest magnitude */
     if (largest * n >= EXACT_BELOW || largest * largest * n >= EXACT_BELOW)
         return NULL;
-    int64_t sum = 0; /* exact: below 2^52 in magnitude by the test above */
-    uint64_t squares = 0;
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        const int64_t *x = (const int64_t *)base + r * stride;
-        for (Py_ssize_t k = 0; k < run; k++) {
-            sum += x[k];
-            squares += (uint64_t)(x[k] * x[k]);
-        }
-    }
-    return Py_BuildValue("(LLdd)", (long long)high, (long long)low, (double)sum / n, sqrt((double)squares));
+    int64_t total = (int64_t)sum; /* exact: its magnitude is below 2^52 by the test above */
+    return Py_BuildValue("(LLdd)", (long long)high, (long long)low, (double)total / n, sqrt((double)squares));
 }
 
 /* (Max, Min, Mean, Norm) of bool values as the Python route gives them: (any, all, None, None). */
@@ -291,7 +288,7 @@ INFINITIES(infinities_bf16, uint16_t, bf16)
    quarter of the type's largest value. Only up to INFINITE_IN_C values: above, that route's vectorised
    reductions are faster than this loop (4 against 12 µs at 4,096 values, 45 against 29 µs at 65,536).
    NULL (no exception set) when the Python route decides: NaN, a float32 sum that overflowed without any
-   infinity, more values. */
+   infinity, a zero Max or Min (its sign), more values. */
 #define INFINITE_IN_C (1 << 14)
 static PyObject *infinite_stats(const char *base, int kind, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride,
                                 const double out[4]) {
@@ -306,6 +303,8 @@ static PyObject *infinite_stats(const char *base, int kind, Py_ssize_t rows, Py_
     else
         clean = infinities_bf16(base, rows, run, stride, &above, &below, &largest);
     if (!clean || !(above || below) || !(largest * (double)(rows * run) < (kind == 1 ? DBL_MAX : FLT_MAX) / 4))
+        return NULL;
+    if (out[0] == 0 || out[1] == 0) /* +0.0 or -0.0: which one numpy's max/min keep depends on its order */
         return NULL;
     double mean = above && below ? NAN : above ? INFINITY : -INFINITY;
     return Py_BuildValue("(dddd)", out[0], out[1], mean, INFINITY);
