@@ -570,14 +570,20 @@ def test_a_tensor_whose_memory_another_thread_swaps_is_read_safely(tmp_path, enc
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
 
 
-def test_int64_and_bool_tensors_are_read_in_c_as_the_python_route_reads_them(monkeypatch):
-    """Token ids, positions, targets and masks: read in C (the Python route's numpy costs 20 to 50 µs a
-    tensor mid-step); int64 values whose float64 sums could round stay with the Python route's order."""
+def _both_routes(monkeypatch):
+    """A summarizer with the C encoder, one without, and the tensors the first hands to its Python route."""
     fast = TorchSummarizer(_Session())
     monkeypatch.setattr(torch_summary, "FastEncoder", None)
     slow = TorchSummarizer(_Session())
     to_python = []
     monkeypatch.setattr(fast, "_summarize", lambda t: to_python.append(t) or TorchSummarizer._summarize(fast, t))
+    return fast, slow, to_python
+
+
+def test_int64_and_bool_tensors_are_read_in_c_as_the_python_route_reads_them(monkeypatch):
+    """Token ids, positions, targets and masks: read in C (the Python route's numpy costs 20 to 50 µs a
+    tensor mid-step); int64 values whose float64 sums could round stay with the Python route's order."""
+    fast, slow, to_python = _both_routes(monkeypatch)
     g = torch.Generator().manual_seed(7)
     ids = torch.randint(0, 512, (4, 16), generator=g)
     in_c = [ids, ids.t(), ids[:, 3:9], torch.arange(16), torch.arange(-40, 3), torch.tensor([-7]),
@@ -604,11 +610,7 @@ def test_infinities_without_nan_are_read_in_c_as_the_python_route_reads_them(mon
     infinite, Mean the infinity's sign (NaN with both). NaN, a zero Max or Min (a review found that the sign
     of the zero kept depends on the reading order), finite values large enough that a sum's order could
     matter, and large tensors stay with the Python route."""
-    fast = TorchSummarizer(_Session())
-    monkeypatch.setattr(torch_summary, "FastEncoder", None)
-    slow = TorchSummarizer(_Session())
-    to_python = []
-    monkeypatch.setattr(fast, "_summarize", lambda t: to_python.append(t) or TorchSummarizer._summarize(fast, t))
+    fast, slow, to_python = _both_routes(monkeypatch)
     g = torch.Generator().manual_seed(11)
     mask = torch.ones(16, 16, dtype=torch.bool).triu(1)
     scores = torch.randn(4, 4, 16, 16, generator=g).masked_fill(mask, float("-inf"))
