@@ -266,21 +266,25 @@ def test_the_stack_walk_in_c_and_in_python_agree(monkeypatch):
             return nested(depth - 1)
         frame = sys._getframe()
         in_python = collector._walk(frame)  # first sight: decides about every code object on the way
-        return in_python, walk_c(frame, collector._skip_code), collector.capture()
+        in_c = walk_c(frame, collector._skip_code)
+        collector.file(f"call{len(walks)}", frame)
+        return in_python, in_c
 
     walks = []
     for route in ("C", "Python"):  # one call site for both
         if route == "Python":
             monkeypatch.setattr(stacks, "_walk_c", None)
+            monkeypatch.setattr(collector, "file_known", stacks._nothing_known)
         walks.append(nested(6))
-    (in_python, in_c, walk), (_, _, walk_in_python) = walks
+    (in_python, in_c), _ = walks
     # the innermost frame is at another instruction for each walk; every other frame is where it was
     assert in_c[0] == in_python[0] and in_c[2:] == in_python[2:] and in_c[1] != in_python[1]
     assert len(in_c) >= 2 * 7 and all(isinstance(v, int) for v in in_c)
-    assert walk == walk_in_python                  # the same frames and offsets: the same walk
     assert walk_c(sys._getframe(), {}) is None  # a code not yet decided about: the caller decides
-    frames = collector._format(collector._walk_stacks[walk])
-    assert "collector.capture()" in frames[0] and sum("in nested" in f for f in frames) == 7
+    # the same frames and offsets on both routes: the same walk, so both calls are filed under one stack
+    (names, frames), = collector.to_json().values()
+    assert names == ["call0", "call1"]
+    assert "collector.file(" in frames[0] and sum("in nested" in f for f in frames) == 7
 
 
 def test_a_tensor_passed_on_gets_one_hook_for_both_records_unless_changed_in_place(tmp_path, monkeypatch):

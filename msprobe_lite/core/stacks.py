@@ -70,12 +70,6 @@ class StackCollector:
             self._codes[key] = code
         return skip
 
-    def capture(self, skip_frames: int = 1) -> int:
-        """The walk id of the current user stack: its frames' code ids and offsets, numbered on first sight
-        (when their lines are taken), so the key is hashed once per call."""
-        frame = sys._getframe(skip_frames)
-        return self._walk_id(frame, _walk_c(frame, self._skip_code) if _walk_c is not None else None)
-
     def file(self, name: str, frame) -> None:
         """Files `name` under the user stack seen from `frame` (None: no Python frame, an empty stack)."""
         found = self.file_known(name, frame)
@@ -88,7 +82,8 @@ class StackCollector:
         self.add(name, self._walk_id(frame, found))
 
     def _walk_id(self, frame, key) -> int:
-        """The walk id of `key` (the C walk's), or of the Python walk from `frame` when `key` is None."""
+        """The walk id of `key` (the C walk's), or of the Python walk from `frame` when `key` is None: walks
+        are numbered on first sight (when their lines are taken), so a call's key is hashed once."""
         if key is None:
             key = self._walk(frame)  # also decides about the code objects seen for the first time
         walk = self._by_offsets.get(key)
@@ -121,7 +116,7 @@ class StackCollector:
         return tuple(lines)
 
     def add(self, name: str, walk: int) -> None:
-        """Files `name` under the stack of `walk` (from `capture`)."""
+        """Files `name` under the stack of `walk` (from `_walk_id`)."""
         index = self._walk_ids.get(walk)
         if index is None:
             stack = self._walk_stacks[walk]
