@@ -41,13 +41,6 @@ typedef struct {
     double max, min, sum, squares;
 } stats_t;
 
-static inline float bf16_to_float(uint16_t bits) {
-    uint32_t wide = (uint32_t)bits << 16;
-    float out;
-    memcpy(&out, &wide, sizeof out);
-    return out;
-}
-
 /* A kernel feeds runs of contiguous values into 16 lanes per statistic; the float lane sums move into double
    every BLOCK values. A flat buffer is one run; a strided tensor (rows of a slice) is one run per row.
    LOAD(p, k) reads value k of run p as ACC (the lane type). */

@@ -3,6 +3,8 @@
 #define MSPROBE_LITE_FAST_STATS_H
 
 #include <Python.h>
+#include <stdint.h>
+#include <string.h>
 
 #define FAST_STATS_CAPSULE "msprobe_lite.core._fast_stats._C_API"
 
@@ -13,5 +15,13 @@ typedef struct {
     int (*one_pass)(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride, int kind,
                     int may_release, double out[4]);
 } FastStatsApi;
+
+/* A bfloat16 item (the high half of a float32) as the float32 it stands for. */
+static inline float bf16_to_float(uint16_t bits) {
+    uint32_t wide = (uint32_t)bits << 16;
+    float out;
+    memcpy(&out, &wide, sizeof out);
+    return out;
+}
 
 #endif

@@ -269,16 +269,9 @@ static PyObject *bool_stats(const char *base, Py_ssize_t rows, Py_ssize_t run, P
 
 static inline double plain(double v) { return v; }
 
-static inline double bf16(uint16_t bits) {
-    uint32_t wide = (uint32_t)bits << 16;
-    float out;
-    memcpy(&out, &wide, sizeof out);
-    return out;
-}
-
 INFINITIES(infinities_f32, float, plain)
 INFINITIES(infinities_f64, double, plain)
-INFINITIES(infinities_bf16, uint16_t, bf16)
+INFINITIES(infinities_bf16, uint16_t, bf16_to_float)
 
 /* (Max, Min, Mean, Norm) of float values the kernel found not all finite (`out`: its Max and Min, which
    ignore NaN), when they hold infinities and no NaN (masked attention scores: -inf), as the Python route
