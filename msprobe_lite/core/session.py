@@ -113,8 +113,9 @@ class Session:
             self.finished = True
 
     # -- used by hooks ---------------------------------------------------------------------------------------
-    # CallRecorder does what next_index, add and set_parent do inline for every captured call (a method call
-    # each is measurable there): a change to one of them belongs in calls.py too.
+    # CallRecorder (calls.py) and the C API handler (pytorch/_fast_capture.c) do what next_index, add and
+    # set_parent do inline for every captured call (a method call each is measurable there): a change to one
+    # of them belongs in both too.
     def next_index(self, key) -> int:
         """Call index of `key` (an API or a module path) within the step; filters never change it."""
         n = self.counters.get(key, 0)

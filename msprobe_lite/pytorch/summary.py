@@ -65,8 +65,10 @@ _ONE_PASS = {torch.float32: ("float32", None, torch.float32), torch.float64: ("f
 # ones): the dtypes the kernel reads as they are, not staged as another
 _IN_PLACE_KINDS = {dtype: (KERNEL_KINDS.index(kind), str(dtype))
                    for dtype, (kind, _, staged) in _ONE_PASS.items() if staged is dtype}
-# ... and the kinds it reads itself (_fast_encode.c): token ids, positions, targets and masks
-_IN_PLACE_KINDS.update({torch.int64: (3, str(torch.int64)), torch.bool: (4, str(torch.bool))})
+# ... and the kinds the encoder reads itself (token ids, positions, targets, masks): codes 3 and 4 are
+# _fast_encode.c's KIND_INT64 and KIND_BOOL, after the kernel's
+_IN_PLACE_KINDS.update({torch.int64: (len(KERNEL_KINDS), str(torch.int64)),
+                        torch.bool: (len(KERNEL_KINDS) + 1, str(torch.bool))})
 _STAGING_MAX = 1 << 22   # elements: a staged copy up to 16 MB of float32 reuses one buffer per dtype
 # dtype -> 1-D CPU tensor, per thread: the copy and the kernel release the GIL, and summaries are also made
 # on other threads (an async collective completes on the backend's, autograd may call hooks on its own)
