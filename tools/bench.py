@@ -10,6 +10,10 @@ The mean step time and the number of full garbage collections in the timed steps
 median: a full collection of a process that imported torch takes 100 to 170 ms here, and how often one comes
 depends on how many objects the debugger keeps alive within a step. The median does not show it; a long
 run's mean does (`--steps 600`: at small L1, one comes about every 200 steps).
+Every configuration dumps into one scratch folder (`--dump-dir`, default the system's temporary folder),
+removed only when all have run: removing a configuration's dump (thousands of files) right before the next
+configuration starts would put the file system's work for it into that configuration's timed steps (each
+step makes files of its own).
 
     .venv/bin/python tools/bench.py                      # both sizes, every mode
     .venv/bin/python tools/bench.py --sizes small --modes L1 --steps 20
@@ -22,6 +26,7 @@ import gc
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -119,51 +124,57 @@ def last_rank_dir(dump_path: str) -> str:
     return os.path.join(dump_path, step, name)
 
 
-def run(size: str, mode: str, steps: int, warmup: int, tool: str = "msprobe_lite") -> dict:
+def run(size: str, mode: str, steps: int, warmup: int, tool: str = "msprobe_lite",
+        dump_root: str | None = None) -> dict:
+    """One configuration's timings; its dump goes to a new folder in `dump_root`, left there (the caller
+    removes the root at the end), or, without one, to a temporary folder removed on return."""
+    if dump_root is None:
+        with tempfile.TemporaryDirectory() as root:
+            return run(size, mode, steps, warmup, tool, root)
     cfg = SIZES[size]
     torch.manual_seed(0)
     model = GPT(cfg["d"], cfg["layers"], cfg["seq"])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randint(0, VOCAB, (cfg["batch"], cfg["seq"]))
     y = torch.randint(0, VOCAB, (cfg["batch"], cfg["seq"]))
-    with tempfile.TemporaryDirectory() as tmp:
-        debugger = None
-        if MODES[mode] is not None:
-            task, level, summary = MODES[mode]
-            config = {"task": task, "level": level, "dump_path": tmp, "statistics": {"summary_mode": summary}}
-            with open(os.path.join(tmp, "config.json"), "w") as f:
-                json.dump(config, f)
-            debugger = debugger_class(tool)(os.path.join(tmp, "config.json"))
-        times, full_collections = [], []
+    tmp = tempfile.mkdtemp(prefix=f"{size}_{mode}_", dir=dump_root)
+    debugger = None
+    if MODES[mode] is not None:
+        task, level, summary = MODES[mode]
+        config = {"task": task, "level": level, "dump_path": tmp, "statistics": {"summary_mode": summary}}
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(config, f)
+        debugger = debugger_class(tool)(os.path.join(tmp, "config.json"))
+    times, full_collections = [], []
 
-        def count_full(phase, info):
-            if phase == "start" and info["generation"] == 2:
-                full_collections.append(1)
-        gc.callbacks.append(count_full)
-        try:
-            for i in range(warmup + steps):
-                if i == warmup:
-                    full_collections.clear()
-                t0 = time.perf_counter()
-                train_step(model, opt, x, y, debugger)
-                if i >= warmup:
-                    times.append(time.perf_counter() - t0)
-        finally:
-            gc.callbacks.remove(count_full)
-        result = {"tool": tool, "size": size, "mode": mode, "median_ms": statistics.median(times) * 1e3,
-                  "mean_ms": statistics.mean(times) * 1e3, "full_gc": len(full_collections)}
-        if debugger:
-            last = last_rank_dir(tmp)
-            with open(os.path.join(last, "dump.json")) as f:
-                result["records_per_step"] = len(json.load(f)["data"])
-            result["bytes_per_step"] = sum(os.path.getsize(os.path.join(root, n))
-                                           for root, _, names in os.walk(last) for n in names)
+    def count_full(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            full_collections.append(1)
+    gc.callbacks.append(count_full)
+    try:
+        for i in range(warmup + steps):
+            if i == warmup:
+                full_collections.clear()
+            t0 = time.perf_counter()
+            train_step(model, opt, x, y, debugger)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+    finally:
+        gc.callbacks.remove(count_full)
+    result = {"tool": tool, "size": size, "mode": mode, "median_ms": statistics.median(times) * 1e3,
+              "mean_ms": statistics.mean(times) * 1e3, "full_gc": len(full_collections)}
+    if debugger:
+        last = last_rank_dir(tmp)
+        with open(os.path.join(last, "dump.json")) as f:
+            result["records_per_step"] = len(json.load(f)["data"])
+        result["bytes_per_step"] = sum(os.path.getsize(os.path.join(folder, n))
+                                       for folder, _, names in os.walk(last) for n in names)
     return result
 
 
-def in_fresh_process(size: str, mode: str, steps: int, args) -> dict:
+def in_fresh_process(size: str, mode: str, steps: int, args, dump_root: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--one", size, mode, "--steps", str(steps),
-           "--warmup", str(args.warmup), "--tool", args.tool]
+           "--warmup", str(args.warmup), "--tool", args.tool, "--dump-root", dump_root]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -176,24 +187,31 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 small, 6 big)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", default="bench_results.json")
+    parser.add_argument("--dump-dir", default=None,
+                        help="where the scratch folder for the dumps is made (default: the system's temporary folder)")
     parser.add_argument("--one", nargs=2, metavar=("SIZE", "MODE"), help=argparse.SUPPRESS)
+    parser.add_argument("--dump-root", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--tool", default="msprobe_lite", choices=["msprobe_lite", "msprobe"],
                         help="msprobe = the reference tool, for a side-by-side figure")
     args = parser.parse_args(argv)
     if args.one:
         size, mode = args.one
         steps = args.steps or DEFAULT_STEPS[size]
-        print(json.dumps(run(size, mode, steps, args.warmup, args.tool)))
+        print(json.dumps(run(size, mode, steps, args.warmup, args.tool, args.dump_root)))
         return 0
     rows = []
-    for size in args.sizes:
-        steps = args.steps or DEFAULT_STEPS[size]
-        base = in_fresh_process(size, "off", steps, args)
-        rows.append(base)
-        for mode in args.modes:
-            row = in_fresh_process(size, mode, steps, args)
-            row["slowdown"] = row["median_ms"] / base["median_ms"]
-            rows.append(row)
+    root = tempfile.mkdtemp(prefix="msprobe_lite_bench_", dir=args.dump_dir)
+    try:
+        for size in args.sizes:
+            steps = args.steps or DEFAULT_STEPS[size]
+            base = in_fresh_process(size, "off", steps, args, root)
+            rows.append(base)
+            for mode in args.modes:
+                row = in_fresh_process(size, mode, steps, args, root)
+                row["slowdown"] = row["median_ms"] / base["median_ms"]
+                rows.append(row)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     print(f"{'size':<6} {'mode':<6} {'median ms':>10} {'slowdown':>9} {'mean ms':>9} {'full GCs':>9} "
           f"{'records/step':>13} {'KB/step':>9}")
     for r in rows:
