@@ -27,9 +27,10 @@ Used only while no tensor file is written for the record (the file names need ea
 #include <structmember.h>
 
 #include "_fast_stats.h"
+#include "_slots.h"
 
 static FastStatsApi *STATS;
-static PyObject *S_version, *S_dtype, *S_is_meta, *S_is_cpu, *S_layout, *S_is_contiguous, *S_is_neg, *S_numel,
+static PyObject *S_version, *S_dtype, *S_is_cpu, *S_layout, *S_is_neg,
     *S_data_ptr, *S_shape, *S_stride, *S_requires_grad, *S_type, *S_value, *S_torch_tensor;
 static PyObject *TYPE_NAMES[4]; /* "bool", "int", "float", "str" */
 
@@ -58,6 +59,8 @@ typedef struct {
     PyObject *kinds;        /* dict dtype -> (kernel kind, dtype name) for the dtypes read here */
     PyObject *strided;      /* torch.strided */
     PyObject *shape_of;     /* records.canonical_shape */
+    PyObject *shapes;       /* records.SHAPES: the shapes it has made canonical */
+    slots_t summary_slots;  /* TensorSummary made without its __init__ (see _slots.h), when it can be */
     int max_depth;          /* values.MAX_DEPTH: deeper values go to the Python walk, which ends them */
     int in_c;               /* summaries in C allowed (statistics of values, not md5) */
 } Encoder;
@@ -81,7 +84,7 @@ static int attr_bool(PyObject *t, PyObject *name) {
     return r;
 }
 
-/* t.name() as t's class defines it. The kernel reads the memory that numel(), stride() and data_ptr()
+/* t.name() as t's class defines it. The kernel reads the memory that shape, stride() and data_ptr()
    describe: a method set on one tensor object (`t.stride = ...`) must not redirect the read. */
 static PyObject *call_own(PyObject *t, PyObject *name) {
     PyObject *method = PyObject_GetAttr((PyObject *)Py_TYPE(t), name);
@@ -99,16 +102,6 @@ static int method_bool(PyObject *t, PyObject *name) {
     int r = PyObject_IsTrue(v);
     Py_DECREF(v);
     return r;
-}
-
-/* records.canonical_shape(t.shape): one shared plain tuple per distinct shape (called once per new summary). */
-static PyObject *canonical_shape(Encoder *e, PyObject *t) {
-    PyObject *shape = PyObject_GetAttr(t, S_shape);
-    if (shape == NULL)
-        return NULL;
-    PyObject *plain = PyObject_CallOneArg(e->shape_of, shape);
-    Py_DECREF(shape);
-    return plain;
 }
 
 static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind);
@@ -303,9 +296,60 @@ static PyObject *infinite_stats(const char *base, int kind, Py_ssize_t rows, Py_
     return Py_BuildValue("(dddd)", out[0], out[1], mean, INFINITY);
 }
 
-/* summary_in_c once the dtype is one read here. */
+/* (Max, Min, Mean, Norm) as a tuple of floats. */
+static PyObject *stats_tuple(const double *out) {
+    PyObject *stats = PyTuple_New(4);
+    for (int i = 0; stats != NULL && i < 4; i++) {
+        PyObject *v = PyFloat_FromDouble(out[i]);
+        if (v == NULL)
+            Py_CLEAR(stats);
+        else
+            PyTuple_SET_ITEM(stats, i, v);
+    }
+    return stats;
+}
+
+/* records.canonical_shape(shape): the dict's shared tuple when the shape was seen before (the common case,
+   no Python call), else the function's. */
+static PyObject *canonical_shape(Encoder *e, PyObject *shape) {
+    PyObject *plain = PyDict_GetItemWithError(e->shapes, shape);
+    if (plain != NULL)
+        return Py_NewRef(plain);
+    return PyErr_Occurred() ? NULL : PyObject_CallOneArg(e->shape_of, shape);
+}
+
+/* The memory of a tensor with `shape` and `strides` as (rows, run, stride) for the kernel (see rows_of), and
+   its number of values in *n; 0 when the values are not rows of memory, or there are none. `shape` and
+   `strides` are the tensor's own: numel() and is_contiguous() follow from them without two more calls. */
+static int layout_of(PyObject *shape, PyObject *strides, Py_ssize_t *n, Py_ssize_t *rows, Py_ssize_t *run,
+                     Py_ssize_t *stride) {
+    if (!PyTuple_Check(shape) || !PyTuple_Check(strides))
+        return 0;
+    Py_ssize_t count = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        if (size < 0 || (size > 0 && count > PY_SSIZE_T_MAX / size)) {
+            PyErr_Clear();
+            return 0;
+        }
+        count *= size;
+    }
+    *n = count;
+    if (count == 0)
+        return 0;
+    if (count == 1) { /* a scalar, or every dimension of size 1 */
+        *rows = *run = *stride = 1;
+        return 1;
+    }
+    return rows_of(shape, strides, rows, run, stride);
+}
+
+static const char *const SUMMARY_SLOTS[] = {"type", "dtype", "shape", "stats", "requires_grad", "md5"};
+
+/* summary_in_c once the dtype is one read here. Reads of the tensor: is_cpu (a CPU tensor is not a meta
+   one), is_neg(), layout, shape, stride(), data_ptr(), requires_grad. */
 static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
-    if (attr_bool(t, S_is_meta) != 0 || attr_bool(t, S_is_cpu) != 1 || method_bool(t, S_is_neg) != 0)
+    if (attr_bool(t, S_is_cpu) != 1 || method_bool(t, S_is_neg) != 0)
         goto python;
     PyObject *layout = PyObject_GetAttr(t, S_layout);
     if (layout == NULL)
@@ -313,29 +357,18 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
     Py_DECREF(layout); /* torch.strided lives as long as torch: comparing the pointer is enough */
     if (layout != e->strided)
         goto python;
-    PyObject *numel = call_own(t, S_numel);
-    Py_ssize_t n = numel ? PyLong_AsSsize_t(numel) : -1;
-    Py_XDECREF(numel);
-    if (n <= 0)
-        goto python;
-    Py_ssize_t rows = 1, run = n, stride = n;
-    int contiguous = method_bool(t, S_is_contiguous);
-    if (contiguous < 0)
-        goto python;
-    if (!contiguous) { /* read in place when its values are rows of memory, as the Python route does */
-        PyObject *shape = PyObject_GetAttr(t, S_shape);
-        PyObject *strides = shape ? call_own(t, S_stride) : NULL;
-        int fits = strides && PyTuple_Check(strides) && rows_of(shape, strides, &rows, &run, &stride);
-        Py_XDECREF(shape);
-        Py_XDECREF(strides);
-        if (!fits || rows * run != n)
-            goto python;
-    }
-    PyObject *address = call_own(t, S_data_ptr);
+    Py_ssize_t n = 0, rows = 1, run = 1, stride = 1;
+    PyObject *shape = PyObject_GetAttr(t, S_shape);
+    PyObject *strides = shape ? call_own(t, S_stride) : NULL;
+    int fits = strides && layout_of(shape, strides, &n, &rows, &run, &stride) && rows * run == n;
+    Py_XDECREF(strides);
+    PyObject *address = fits ? call_own(t, S_data_ptr) : NULL;
     void *data = address ? PyLong_AsVoidPtr(address) : NULL;
     Py_XDECREF(address);
-    if (data == NULL)
+    if (data == NULL) {
+        Py_XDECREF(shape);
         goto python;
+    }
     /* The GIL stays held: a tensor object does not pin its memory (another thread's `t.set_()`, `t.data =`
        or `resize_()` would free it), and with the GIL no Python code runs until the reading is done. */
     long code = PyLong_AsLong(PyTuple_GET_ITEM(kind, 0));
@@ -343,34 +376,35 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
     if (code == KIND_INT64 || code == KIND_BOOL) {
         stats = code == KIND_INT64 ? int64_stats((const char *)data, rows, run, stride)
                                    : bool_stats((const char *)data, rows, run, stride);
-        if (stats == NULL) {
-            if (PyErr_Occurred())
-                return NULL;
-            goto python; /* int64 sums that float64 may round: the Python route's order decides */
-        }
     } else {
         double out[4];
         if (STATS->one_pass((const char *)data, rows, run, stride, (int)code, 0, out))
-            stats = Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
-        else if ((stats = infinite_stats((const char *)data, (int)code, rows, run, stride, out)) == NULL &&
-                 !PyErr_Occurred())
-            goto python; /* NaN, or a float32 lane sum that overflowed: the library route's rules */
-        if (stats == NULL)
-            return NULL;
+            stats = stats_tuple(out);
+        else /* NaN, or a float32 lane sum that overflowed: the library route's rules */
+            stats = infinite_stats((const char *)data, (int)code, rows, run, stride, out);
     }
-    PyObject *shape = canonical_shape(e, t);
-    int grad = shape ? attr_bool(t, S_requires_grad) : -1;
+    if (stats == NULL) {
+        Py_DECREF(shape);
+        if (PyErr_Occurred())
+            return NULL;
+        goto python; /* int64 sums that float64 may round, NaN: the Python route's order decides */
+    }
+    PyObject *plain = canonical_shape(e, shape);
+    Py_DECREF(shape);
+    int grad = plain ? attr_bool(t, S_requires_grad) : -1;
     if (grad < 0) {
-        Py_XDECREF(shape);
+        Py_XDECREF(plain);
         Py_DECREF(stats);
         goto python;
     }
-    PyObject *summary = stats == NULL ? NULL
-                                      : PyObject_CallFunctionObjArgs(e->summary_type, S_torch_tensor,
-                                                                     PyTuple_GET_ITEM(kind, 1), shape, stats,
-                                                                     grad ? Py_True : Py_False, NULL);
-    Py_DECREF(shape);
-    Py_XDECREF(stats);
+    PyObject *fields[] = {S_torch_tensor, PyTuple_GET_ITEM(kind, 1), plain, stats, grad ? Py_True : Py_False,
+                          Py_None};
+    PyObject *summary = e->summary_slots.type != NULL
+                            ? slots_new(&e->summary_slots, fields)
+                            : PyObject_CallFunctionObjArgs(e->summary_type, fields[0], fields[1], fields[2],
+                                                           fields[3], fields[4], NULL);
+    Py_DECREF(plain);
+    Py_DECREF(stats);
     return summary;
 python:
     return for_python();
@@ -605,12 +639,14 @@ static PyObject *Encoder_encode(Encoder *e, PyObject *value) { return walk(e, va
 
 static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"tensor_types", "walk", "cache", "summarize", "summary_type", "kinds", "strided",
-                            "shape_of", "max_depth", "in_c", NULL};
-    PyObject *tensor_types, *walk_, *cache, *summarize, *summary_type, *kinds, *strided, *shape_of;
+                            "shape_of", "shapes", "max_depth", "in_c", NULL};
+    PyObject *tensor_types, *walk_, *cache, *summarize, *summary_type, *kinds, *strided, *shape_of, *shapes;
     int max_depth, in_c;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OOip:Encoder", names, &PyTuple_Type, &tensor_types,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OOO!ip:Encoder", names, &PyTuple_Type, &tensor_types,
                                      &walk_, &PyDict_Type, &cache, &summarize, &summary_type, &PyDict_Type,
-                                     &kinds, &strided, &shape_of, &max_depth, &in_c))
+                                     &kinds, &strided, &shape_of, &PyDict_Type, &shapes, &max_depth, &in_c))
+        return -1;
+    if (slots_find(&e->summary_slots, summary_type, SUMMARY_SLOTS, 6) < 0)
         return -1;
     PyObject *key, *value;
     Py_ssize_t pos = 0;
@@ -639,6 +675,7 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     Py_XSETREF(e->kinds, own_kinds);
     KEEP(strided, strided);
     KEEP(shape_of, shape_of);
+    KEEP(shapes, shapes);
     e->max_depth = max_depth;
     e->in_c = in_c;
     return 0;
@@ -653,6 +690,7 @@ static int Encoder_traverse(Encoder *e, visitproc visit, void *arg) {
     Py_VISIT(e->kinds);
     Py_VISIT(e->strided);
     Py_VISIT(e->shape_of);
+    Py_VISIT(e->shapes);
     return 0;
 }
 
@@ -665,6 +703,8 @@ static int Encoder_clear(Encoder *e) {
     Py_CLEAR(e->kinds);
     Py_CLEAR(e->strided);
     Py_CLEAR(e->shape_of);
+    Py_CLEAR(e->shapes);
+    e->summary_slots.type = NULL; /* borrowed from summary_type */
     return 0;
 }
 
@@ -745,12 +785,9 @@ PyMODINIT_FUNC PyInit__fast_encode(void) {
         return NULL;
     INTERN(S_version, "_version");
     INTERN(S_dtype, "dtype");
-    INTERN(S_is_meta, "is_meta");
     INTERN(S_is_cpu, "is_cpu");
     INTERN(S_layout, "layout");
-    INTERN(S_is_contiguous, "is_contiguous");
     INTERN(S_is_neg, "is_neg");
-    INTERN(S_numel, "numel");
     INTERN(S_data_ptr, "data_ptr");
     INTERN(S_shape, "shape");
     INTERN(S_stride, "stride");

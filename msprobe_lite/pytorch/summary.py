@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from zlib_ng import zlib_ng
 
-from ..core.records import NO_STATS, PendingStats, TensorSummary, canonical_shape
+from ..core.records import NO_STATS, SHAPES, PendingStats, TensorSummary, canonical_shape
 from ..core.statistics import FLOAT32_SQUARES, FLOAT64_SQUARES, KERNEL_KINDS, norm_in_range, one_pass, scaled_norm
 from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
@@ -279,7 +279,7 @@ class TorchSummarizer(Summarizer):
             self.fast_encode = FastEncoder(
                 (torch.Tensor, torch.nn.Parameter),
                 lambda value, depth: encoder.encode(value, self._tensor_leaf, (), depth),
-                self._cache, self._fresh, TensorSummary, _IN_PLACE_KINDS, torch.strided, canonical_shape, MAX_DEPTH,
+                self._cache, self._fresh, TensorSummary, _IN_PLACE_KINDS, torch.strided, canonical_shape, SHAPES, MAX_DEPTH,
                 in_c=not self.md5)
             self.seal = self.fast_encode.seal
 
