@@ -22,6 +22,8 @@ through `report_failure` and the user's call goes on; an exception of the user's
 #include <frameobject.h>
 #include <structmember.h>
 
+#include "_slots.h"
+
 typedef struct {
     PyObject_HEAD
     PyObject *table;       /* {function: (prefix, api)} */
@@ -40,6 +42,7 @@ typedef struct {
     PyObject *after;       /* CallRecorder.gradients_after(call, output) */
     PyObject *abandon;     /* CallRecorder.abandon(name, call or None): the call raised */
     PyObject *current;     /* ModuleHooks.current() (mix level), or None */
+    slots_t record_slots;  /* Record made without its __init__ (see _slots.h), when it can be */
     char fast;             /* bound, and this run's captured calls may be recorded here */
     char in_optimizer;     /* set by the optimizer's step hooks (mix level) */
     char has_modules;      /* mix level: a call's parent is the innermost module, or "optimizer" */
@@ -182,6 +185,37 @@ static int module_parents(Handler *h, PyObject **owner) {
     return outer != Py_None && owner[1] == NULL ? -1 : 0;
 }
 
+static const char *const RECORD_SLOTS[] = {"name", "data"};
+
+/* `{prefix}.{api}.{n}{suffix}` (naming.api_record): written into the new string directly when prefix and api
+   are ASCII, as API names are (PyUnicode_FromFormat parses its format on every call). */
+static PyObject *call_name(PyObject *prefix, PyObject *api, Py_ssize_t n, const char *suffix) {
+    if (!PyUnicode_Check(prefix) || !PyUnicode_Check(api) || !PyUnicode_IS_ASCII(prefix) || !PyUnicode_IS_ASCII(api))
+        return PyUnicode_FromFormat("%S.%S.%zd%s", prefix, api, n, suffix);
+    char digits[24];
+    int nd = 0;
+    size_t v = (size_t)n;
+    do {
+        digits[nd++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    Py_ssize_t lp = PyUnicode_GET_LENGTH(prefix), la = PyUnicode_GET_LENGTH(api), ls = (Py_ssize_t)strlen(suffix);
+    PyObject *name = PyUnicode_New(lp + la + nd + ls + 2, 127);
+    if (name == NULL)
+        return NULL;
+    char *out = (char *)PyUnicode_1BYTE_DATA(name);
+    memcpy(out, PyUnicode_1BYTE_DATA(prefix), lp);
+    out += lp;
+    *out++ = '.';
+    memcpy(out, PyUnicode_1BYTE_DATA(api), la);
+    out += la;
+    *out++ = '.';
+    while (nd)
+        *out++ = digits[--nd];
+    memcpy(out, suffix, ls);
+    return name;
+}
+
 /* CallRecorder.begin_api + begin without filters, in their order (a failure midway leaves what the Python
    route would leave): counts the call, names it, makes its record with the inputs, sets its parent, files
    its stack, and with gradients recorded hooks its inputs (gradients_before). */
@@ -217,7 +251,7 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
         }
     }
     PyObject *prefix = PyTuple_GET_ITEM(entry, 0), *api = PyTuple_GET_ITEM(entry, 1);
-    f->name = PyUnicode_FromFormat("%S.%S.%zd.forward", prefix, api, n);
+    f->name = call_name(prefix, api, n, ".forward");
     if (f->name == NULL || (f->data = PyDict_New()) == NULL)
         goto fail;
     if (h->inputs) {
@@ -252,7 +286,9 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
         Py_DECREF(filed);
     }
     PyObject *parts[] = {f->name, f->data};
-    if ((f->record = PyObject_Vectorcall(h->record_type, parts, 2, NULL)) == NULL)
+    f->record = h->record_slots.type != NULL ? slots_new(&h->record_slots, parts)
+                                             : PyObject_Vectorcall(h->record_type, parts, 2, NULL);
+    if (f->record == NULL)
         goto fail;
     PyObject *grad = PyObject_CallNoArgs(h->grad_enabled);
     int recording = grad ? PyObject_IsTrue(grad) : -1;
@@ -260,7 +296,7 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
     if (recording < 0)
         goto fail;
     if (recording) {
-        PyObject *bwd_name = PyUnicode_FromFormat("%S.%S.%zd.backward", prefix, api, n);
+        PyObject *bwd_name = call_name(prefix, api, n, ".backward");
         f->call = bwd_name ? PyObject_CallOneArg(h->call_type, f->name) : NULL;
         PyObject *before[] = {f->call, bwd_name, bwd_parent, args, kwargs ? kwargs : Py_None};
         PyObject *done = f->call ? PyObject_Vectorcall(h->before, before, 5, NULL) : NULL;
@@ -408,6 +444,8 @@ static PyObject *Handler_bind(Handler *h, PyObject *args) {
         return NULL;
 #define KEEP(f) Py_INCREF(f); Py_XSETREF(h->f, f);
     FIELDS(KEEP)
+    if (slots_find(&h->record_slots, record_type, RECORD_SLOTS, 2) < 0)
+        return NULL;
     h->fast = (char)fast;
     h->has_modules = (char)has_modules;
     h->inputs = (char)inputs;
@@ -425,6 +463,7 @@ static int Handler_traverse(Handler *h, visitproc visit, void *arg) {
 static int Handler_clear(Handler *h) {
 #define CLEAR(f) Py_CLEAR(h->f);
     FIELDS(CLEAR)
+    h->record_slots.type = NULL; /* borrowed from record_type */
     return 0;
 }
 
