@@ -329,6 +329,50 @@ def test_a_tensor_passed_on_gets_one_hook_for_both_records_unless_changed_in_pla
     assert len(hooked) == 5  # x; y before mul_ (sin's output, mul_'s input); y after; exp's output; sum's
 
 
+def test_gradient_hooks_share_the_tensors_hook_dict_with_the_users_hooks(tmp_path):
+    """TorchFramework.on_grad fills the tensor's hook dict as register_hook does, without torch's handle: the
+    user's hooks registered before and after the debugger's still run, in order, and see the gradient
+    unchanged; the step's end removes only the debugger's; the user's handles still remove the user's; a
+    leaf (a parameter) and a tensor subclass are hooked too."""
+    from msprobe_lite.pytorch.framework import TorchFramework
+
+    class Marked(torch.Tensor):
+        pass
+
+    g = torch.Generator().manual_seed(7)
+    w = nn.Parameter(torch.randn(3, generator=g))
+    seen = []
+    early = w.register_hook(lambda grad: seen.append(("early", grad.clone())))
+
+    def program(w=w):
+        y = torch.tanh(w)
+        late = y.register_hook(lambda grad: seen.append(("late", grad.clone())))
+        (y ** 2).sum().backward()
+        late.remove()
+
+    dump, _ = dump_of(tmp_path, program)
+    y = torch.tanh(w.detach())
+    assert [name for name, _ in seen] == ["late", "early"]
+    torch.testing.assert_close(seen[0][1], 2 * y)
+    torch.testing.assert_close(seen[1][1], 2 * y * (1 - y * y))
+    reference = w.detach().clone().requires_grad_(True)
+    (torch.tanh(reference) ** 2).sum().backward()
+    assert torch.equal(w.grad, reference.grad) and torch.equal(seen[1][1], reference.grad)  # bit for bit
+    assert_stats(dump["Torch.tanh.0.backward"]["output"][0], 2 * y * (1 - y * y))
+    assert list(w._backward_hooks) == [early.id]  # the debugger's hook is gone, the user's stays
+    early.remove()
+    assert not w._backward_hooks
+
+    calls = []
+    sub = torch.randn(2, requires_grad=True).as_subclass(Marked) * 2
+    handle = TorchFramework.on_grad(sub, calls.append)  # torch's own register_hook: a RemovableHandle
+    assert type(handle).__name__ == "RemovableHandle"
+    sub.sum().backward()
+    assert len(calls) == 1
+    handle.remove()
+    assert not sub._backward_hooks
+
+
 # -- the C handler (pytorch/_fast_capture.c): calls recorded in C as the Python route records them -----------------
 def _program(x, w, grad):
     """Captured calls of every shape the C route records; with `grad`, w gets a gradient (hooks, backward)."""

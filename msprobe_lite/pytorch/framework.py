@@ -2,10 +2,27 @@
 from __future__ import annotations
 
 import operator
+from collections import OrderedDict
 
 import torch
 
 from ..core.framework import Framework, NoHandle
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+class _HookHandle:
+    """Removes one hook that `TorchFramework.on_grad` put into a tensor's hook dict."""
+
+    __slots__ = ("hooks", "key")
+
+    def __init__(self, hooks, key):
+        self.hooks = hooks
+        self.key = key
+
+    def remove(self) -> None:
+        self.hooks.pop(self.key, None)
 
 
 class TorchFramework(Framework):
@@ -22,7 +39,22 @@ class TorchFramework(Framework):
 
     @staticmethod
     def on_grad(tensor, fn):
-        return tensor.register_hook(fn)
+        """`tensor.register_hook(fn)` for plain tensors, as that method does it (the tensor's hook dict, made
+        and registered with its autograd node the first time), without the `RemovableHandle` it makes: a
+        Python object with a weak reference and a class counter, plus an import, per hook (a small step
+        registers about a hundred). `fn` is its own key: it cannot collide with RemovableHandle's int keys,
+        and the dict's other hooks (the user's) run before and after it as with register_hook. Tensor
+        subclasses keep torch's method (their __torch_function__ may handle it)."""
+        if type(tensor) not in _PLAIN:
+            return tensor.register_hook(fn)
+        hooks = tensor._backward_hooks
+        if hooks is None:
+            hooks = tensor._backward_hooks = OrderedDict()
+            node = tensor.grad_fn
+            if node is not None:
+                node._register_hook_dict(tensor)
+        hooks[fn] = fn
+        return _HookHandle(hooks, fn)
 
     @staticmethod
     def submodules(root):
