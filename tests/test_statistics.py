@@ -397,6 +397,7 @@ def _odd_values():
         torch.full((3,), float("inf")), base.requires_grad_(False).clone().requires_grad_(True),
         torch.nn.Parameter(torch.ones(2, 2)), inference, torch.empty(2, 3, device="meta"),
         torch.eye(3).to_sparse(), base.expand(2, 6, 8),
+        base[1, 2], base[1:2, 3:4], base[2:3], base[:, 5:6], base.unsqueeze(1).transpose(0, 1),  # size-1 dims
         None, True, 3, -2.5, "text", (1, 2.0, "x", None), [base, (base, [base.t()])], {"k": base, 3: base[0]},
         Pair(base, 1), slice(1, None, 2), Ellipsis, torch.Size([2, 3]), torch.float16, torch.device("cpu"),
         {"nested": {"deeper": [base, {"x": None}]}}, deep, (), [], {},
@@ -455,7 +456,7 @@ def test_c_encoder_reads_rows_of_memory_in_place(monkeypatch):
 
 
 def test_methods_set_on_a_tensor_object_do_not_redirect_the_read(monkeypatch):
-    """The kernel reads the memory numel(), stride() and data_ptr() describe: it asks the tensor's class,
+    """The kernel reads the memory shape, stride() and data_ptr() describe: it asks the tensor's class,
     so an attribute set on one tensor object (wrong, or hostile) cannot make it read elsewhere."""
     fast = TorchSummarizer(_Session())
     monkeypatch.setattr(torch_summary, "FastEncoder", None)
@@ -467,6 +468,44 @@ def test_methods_set_on_a_tensor_object_do_not_redirect_the_read(monkeypatch):
     for v in (t, u):
         assert _encoded_text(fast, v) == _encoded_text(slow, v)
         assert fast.encode(v).stats == (5.0, 0.0, 2.5, math.sqrt(55.0))
+
+
+def test_c_encoder_fills_summaries_itself_only_for_the_plain_summary_class():
+    """The C encoder makes TensorSummary objects without running __init__ (core/_slots.h): only for a class
+    that is exactly such a plain __slots__ class. A subclass, or a class with one more slot, is called."""
+    from msprobe_lite.core.records import SHAPES, TensorSummary, canonical_shape
+    from msprobe_lite.core.values import MAX_DEPTH
+
+    made = []
+
+    class Counted(TensorSummary):
+        __slots__ = ()
+
+        def __init__(self, *args):
+            made.append(self)
+            super().__init__(*args)
+
+    class Wider:
+        __slots__ = TensorSummary.__slots__ + ("device",)
+
+        def __init__(self, *args):
+            made.append(self)
+            TensorSummary.__init__(self, *args)
+            self.device = "cpu"
+
+    def encoder(cls):
+        return torch_summary.FastEncoder((torch.Tensor,), None, {}, None, cls, torch_summary._IN_PLACE_KINDS,
+                                         torch.strided, canonical_shape, SHAPES, MAX_DEPTH, in_c=True)
+
+    t = torch.arange(6.0).reshape(2, 3)
+    plain = encoder(TensorSummary)(t)
+    assert not made and type(plain) is TensorSummary
+    assert plain.to_json() == TensorSummary("torch.Tensor", "torch.float32", (2, 3), (5.0, 0.0, 2.5, math.sqrt(55.0)),
+                                            False).to_json()
+    for cls in (Counted, Wider):
+        made.clear()
+        summary = encoder(cls)(t)
+        assert made == [summary] and summary.stats == plain.stats and summary.shape is plain.shape
 
 
 def test_c_encoder_caches_by_identity_and_version(encoder_route):

@@ -6,9 +6,9 @@ its __init__ as a Python frame, about 0.35 µs, most of the cost of making one. 
 store their arguments in the slots, so the same object is made by allocating the instance and filling the
 slots here, in the order the class lists them.
 
-slots_find() checks once that the class is such a class: object's own __new__, no __dict__, and every name a
-slot of an object reference; if not (a subclass, a changed class), it returns 0 and the caller keeps calling
-the class. A change to one of those __init__ methods beyond storing its arguments must come here too (the
+slots_find() checks once that the class is such a class: derived from object alone, with object's own
+__new__, no __dict__, no slots but the named ones (its size says so), and every name a slot of an object
+reference; if not (a subclass, a slot added), it returns 0 and the caller keeps calling the class. A change to one of those __init__ methods beyond storing its arguments must come here too (the
 tests compare both routes byte for byte).
 */
 #ifndef MSPROBE_LITE_SLOTS_H
@@ -31,7 +31,9 @@ static int slots_find(slots_t *s, PyObject *cls, const char *const *names, int n
     if (!PyType_Check(cls) || n > SLOTS_MAX)
         return 0;
     PyTypeObject *type = (PyTypeObject *)cls;
-    if (type->tp_new != PyBaseObject_Type.tp_new || type->tp_dictoffset != 0 || type->tp_itemsize != 0)
+    if (type->tp_base != &PyBaseObject_Type || type->tp_new != PyBaseObject_Type.tp_new || type->tp_dictoffset != 0 || type->tp_itemsize != 0 ||
+        type->tp_weaklistoffset != 0 ||
+        type->tp_basicsize != PyBaseObject_Type.tp_basicsize + n * (Py_ssize_t)sizeof(PyObject *))
         return 0;
     for (int i = 0; i < n; i++) {
         PyObject *d = PyObject_GetAttrString(cls, names[i]);
