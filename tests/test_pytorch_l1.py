@@ -267,6 +267,10 @@ def test_the_stack_walk_in_c_and_in_python_agree(monkeypatch):
         frame = sys._getframe()
         in_python = collector._walk(frame)  # first sight: decides about every code object on the way
         in_c = walk_c(frame, collector._skip_code)
+        cached = [walk_c(frame, collector._skip_code, collector._skip_cache) for _ in range(2)]  # fills, reads
+        odd = walk_c(frame, collector._skip_code, bytearray(24))  # not a power of two of slots: no cache
+        assert all(w[0] == in_c[0] and w[2:] == in_c[2:] for w in cached + [odd])
+        assert any(collector._skip_cache)
         collector.file(f"call{len(walks)}", frame)
         return in_python, in_c
 

@@ -49,10 +49,12 @@ class StackCollector:
         self._stack_ids = {}    # stack key -> index in self._entries
         self._walk_ids = {}     # walk id -> index in self._entries
         self._entries = []      # [names, frames]
+        self._skip_cache = bytearray(8 * 4096)  # the C walk's copy of _skip_code's decisions (_fast_stack.c)
         # `file` when everything is known already, in C: one call, no Python frame (the dicts and the list
         # above are therefore emptied in place by reset(), never replaced)
-        self.file_known = (functools.partial(_file_c, self._skip_code, self._by_offsets, self._walk_ids,
-                                             self._entries) if _file_c is not None else _nothing_known)
+        self.file_known = (functools.partial(_file_c, self._skip_code, self._skip_cache, self._by_offsets,
+                                             self._walk_ids, self._entries) if _file_c is not None
+                           else _nothing_known)
 
     def reset(self) -> None:
         self._stack_ids.clear()
