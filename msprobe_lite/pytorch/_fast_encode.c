@@ -313,8 +313,10 @@ static PyObject *stats_tuple(const double *out) {
    no Python call), else the function's. */
 static PyObject *canonical_shape(Encoder *e, PyObject *shape) {
     PyObject *plain = PyDict_GetItemWithError(e->shapes, shape);
-    if (plain != NULL)
-        return Py_NewRef(plain);
+    if (plain != NULL) {
+        Py_INCREF(plain);
+        return plain;
+    }
     return PyErr_Occurred() ? NULL : PyObject_CallOneArg(e->shape_of, shape);
 }
 
