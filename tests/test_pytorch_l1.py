@@ -367,6 +367,18 @@ def test_gradient_hooks_share_the_tensors_hook_dict_with_the_users_hooks(tmp_pat
     early.remove()
     assert not w._backward_hooks
 
+    twice, runs = torch.randn(2, requires_grad=True) * 2, []
+    handles = [TorchFramework.on_grad(twice, runs.append) for _ in range(2)]  # one function, two hooks
+    twice.sum().backward()
+    assert len(runs) == 2
+    handles[0].remove()
+    assert len(twice._backward_hooks) == 1
+    with torch.inference_mode():
+        inference = torch.ones(2)
+    for refused in (torch.ones(2), inference):  # as register_hook refuses them
+        with pytest.raises(RuntimeError, match="doesn't require gradient"):
+            TorchFramework.on_grad(refused, runs.append)
+
     calls = []
     sub = torch.randn(2, requires_grad=True).as_subclass(Marked) * 2
     handle = TorchFramework.on_grad(sub, calls.append)  # torch's own register_hook: a RemovableHandle

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 import math
 
 import numpy as np
@@ -506,6 +507,17 @@ def test_c_encoder_fills_summaries_itself_only_for_the_plain_summary_class():
         made.clear()
         summary = encoder(cls)(t)
         assert made == [summary] and summary.stats == plain.stats and summary.shape is plain.shape
+
+    class Other:  # a plain class of the same slots: a re-init that fails must not start making these
+        __slots__ = TensorSummary.__slots__
+
+    kept = encoder(TensorSummary)
+    with pytest.raises(TypeError):
+        kept.__init__((torch.Tensor,), None, {}, None, Other, {torch.float32: "not a pair"}, torch.strided,
+                      canonical_shape, SHAPES, MAX_DEPTH, in_c=True)
+    del Other
+    gc.collect()
+    assert type(kept(t)) is TensorSummary
 
 
 def test_c_encoder_caches_by_identity_and_version(encoder_route):

@@ -48,6 +48,8 @@ static int slots_find(slots_t *s, PyObject *cls, const char *const *names, int n
                      !(((PyMemberDescrObject *)d)->d_member->flags & READONLY);
         s->offsets[i] = usable ? ((PyMemberDescrObject *)d)->d_member->offset : 0;
         Py_DECREF(d);
+        for (int j = 0; usable && j < i; j++)
+            usable = s->offsets[j] != s->offsets[i]; /* a name listed twice would leave a slot unset */
         if (!usable)
             return 0;
     }

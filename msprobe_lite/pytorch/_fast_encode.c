@@ -648,7 +648,8 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
                                      &walk_, &PyDict_Type, &cache, &summarize, &summary_type, &PyDict_Type,
                                      &kinds, &strided, &shape_of, &PyDict_Type, &shapes, &max_depth, &in_c))
         return -1;
-    if (slots_find(&e->summary_slots, summary_type, SUMMARY_SLOTS, 6) < 0)
+    slots_t summary_slots; /* kept below, once summary_type is: a failed re-init leaves the encoder as it was */
+    if (slots_find(&summary_slots, summary_type, SUMMARY_SLOTS, 6) < 0)
         return -1;
     PyObject *key, *value;
     Py_ssize_t pos = 0;
@@ -671,6 +672,7 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     KEEP(cache, cache);
     KEEP(summarize, summarize);
     KEEP(summary_type, summary_type);
+    e->summary_slots = summary_slots;
     PyObject *own_kinds = PyDict_Copy(kinds); /* checked above; later changes to the caller's dict stay there */
     if (own_kinds == NULL)
         return -1;

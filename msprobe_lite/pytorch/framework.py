@@ -1,6 +1,7 @@
 """PyTorch's side of the hook contract (`core.framework.Framework`): tensors, autograd hooks, module trees."""
 from __future__ import annotations
 
+import itertools
 import operator
 from collections import OrderedDict
 
@@ -10,6 +11,7 @@ from ..core.framework import Framework, NoHandle
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_KEYS = itertools.count(-1, -1)  # on_grad's keys in tensors' hook dicts
 
 
 class _HookHandle:
@@ -42,19 +44,23 @@ class TorchFramework(Framework):
         """`tensor.register_hook(fn)` for plain tensors, as that method does it (the tensor's hook dict, made
         and registered with its autograd node the first time), without the `RemovableHandle` it makes: a
         Python object with a weak reference and a class counter, plus an import, per hook (a small step
-        registers about a hundred). `fn` is its own key: it cannot collide with RemovableHandle's int keys,
-        and the dict's other hooks (the user's) run before and after it as with register_hook. Tensor
-        subclasses keep torch's method (their __torch_function__ may handle it)."""
+        registers about a hundred). The key is a negative number, which RemovableHandle's ids never are, so
+        the dict's other hooks (the user's) run before and after it as with register_hook. The handle holds
+        the dict until the step's end removes the hook. Tensor subclasses keep torch's method (their
+        __torch_function__ may handle it)."""
         if type(tensor) not in _PLAIN:
             return tensor.register_hook(fn)
+        if not tensor.requires_grad:  # register_hook's own refusal (an inference tensor included)
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         hooks = tensor._backward_hooks
         if hooks is None:
             hooks = tensor._backward_hooks = OrderedDict()
             node = tensor.grad_fn
             if node is not None:
                 node._register_hook_dict(tensor)
-        hooks[fn] = fn
-        return _HookHandle(hooks, fn)
+        key = next(_KEYS)
+        hooks[key] = fn
+        return _HookHandle(hooks, key)
 
     @staticmethod
     def submodules(root):
