@@ -8,8 +8,8 @@ versions. Here both builds live in one process: the other version's package is c
 each build gets its own debugger, and blocks of steps without the debugger, with the other build's and with
 this tree's alternate, their order reversed every block. Medians of each; the extra time is on - off.
 
-    git worktree add /tmp/base HEAD~3 && (cd /tmp/base && python -c "from setuptools import setup; setup()" \\
-        build_ext --inplace)
+    git worktree add /tmp/base HEAD~3
+    (py=$PWD/.venv/bin/python; cd /tmp/base && $py -c "from setuptools import setup; setup()" build_ext --inplace)
     .venv/bin/python tools/bench_ab.py --base /tmp/base --level L1
     .venv/bin/python tools/bench_ab.py --base /tmp/base --level mix --size big --blocks 4 --per 3
 """
