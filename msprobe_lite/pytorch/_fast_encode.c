@@ -266,6 +266,19 @@ INFINITIES(infinities_f32, float, plain)
 INFINITIES(infinities_f64, double, plain)
 INFINITIES(infinities_bf16, uint16_t, bf16_to_float)
 
+/* (Max, Min, Mean, Norm) as a tuple of floats. */
+static PyObject *stats_tuple(const double *out) {
+    PyObject *stats = PyTuple_New(4);
+    for (int i = 0; stats != NULL && i < 4; i++) {
+        PyObject *v = PyFloat_FromDouble(out[i]);
+        if (v == NULL)
+            Py_CLEAR(stats);
+        else
+            PyTuple_SET_ITEM(stats, i, v);
+    }
+    return stats;
+}
+
 /* (Max, Min, Mean, Norm) of float values the kernel found not all finite (`out`: its Max and Min, which
    ignore NaN), when they hold infinities and no NaN (masked attention scores: -inf), as the Python route
    gives them: Max and Min what they are, Norm infinite, Mean the infinity's sign (NaN with both signs).
@@ -293,20 +306,8 @@ static PyObject *infinite_stats(const char *base, int kind, Py_ssize_t rows, Py_
     if (out[0] == 0 || out[1] == 0) /* +0.0 or -0.0: which one numpy's max/min keep depends on its order */
         return NULL;
     double mean = above && below ? NAN : above ? INFINITY : -INFINITY;
-    return Py_BuildValue("(dddd)", out[0], out[1], mean, INFINITY);
-}
-
-/* (Max, Min, Mean, Norm) as a tuple of floats. */
-static PyObject *stats_tuple(const double *out) {
-    PyObject *stats = PyTuple_New(4);
-    for (int i = 0; stats != NULL && i < 4; i++) {
-        PyObject *v = PyFloat_FromDouble(out[i]);
-        if (v == NULL)
-            Py_CLEAR(stats);
-        else
-            PyTuple_SET_ITEM(stats, i, v);
-    }
-    return stats;
+    double stats[4] = {out[0], out[1], mean, INFINITY};
+    return stats_tuple(stats);
 }
 
 /* records.canonical_shape(shape): the dict's shared tuple when the shape was seen before (the common case,

@@ -10,7 +10,9 @@ import torch
 from ..core.framework import Framework, NoHandle
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+# The tensor types whose __torch_function__ is torch's own: the debugger's fast routes take these exactly (a
+# subclass may handle a call itself). The C value encoder uses the same pair (pytorch/summary.py).
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _KEYS = itertools.count(-1, -1)  # on_grad's keys in tensors' hook dicts
 
 
@@ -48,7 +50,7 @@ class TorchFramework(Framework):
         the dict's other hooks (the user's) run before and after it as with register_hook. The handle holds
         the dict until the step's end removes the hook. Tensor subclasses keep torch's method (their
         __torch_function__ may handle it)."""
-        if type(tensor) not in _PLAIN:
+        if type(tensor) not in PLAIN_TENSORS:
             return tensor.register_hook(fn)
         if not tensor.requires_grad:  # register_hook's own refusal (an inference tensor included)
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")

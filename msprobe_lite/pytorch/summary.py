@@ -21,6 +21,7 @@ from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
 from ..core.values import MAX_DEPTH, ValueEncoder
 from ..core.writer import write_bytes_atomic
+from .framework import PLAIN_TENSORS
 
 try:  # call values to dump values in C: the walk, the cache and CPU float summaries (see _fast_encode.c)
     from ._fast_encode import Encoder as FastEncoder
@@ -277,7 +278,7 @@ class TorchSummarizer(Summarizer):
         if FastEncoder is not None:
             encoder = self.encoder
             self.fast_encode = FastEncoder(
-                (torch.Tensor, torch.nn.Parameter),
+                PLAIN_TENSORS,
                 lambda value, depth: encoder.encode(value, self._tensor_leaf, (), depth),
                 self._cache, self._fresh, TensorSummary, _IN_PLACE_KINDS, torch.strided, canonical_shape, SHAPES,
                 MAX_DEPTH, in_c=not self.md5)
