@@ -731,6 +731,31 @@ def test_record_text_is_what_json_writes(record_lines):
     assert record_lines([]) == b""
 
 
+def test_record_text_of_other_record_classes_and_many_summaries(record_lines):
+    """The C route reads Record and TensorSummary fields from their slots and keeps the summaries it wrote in
+    a table of its own: other classes (read by attribute), a slot left unset (an error, as in Python) and
+    thousands of summaries recurring across records (the table grows) give json's text."""
+    from msprobe_lite.core.records import Record, TensorSummary, json_default
+
+    class Plain:  # not a Record: read by attribute
+        def __init__(self, name, data):
+            self.name, self.data = name, data
+
+    class Sub(Record):
+        __slots__ = ("extra",)
+
+    many = [TensorSummary("torch.Tensor", "torch.float32", (i, 2), (float(i), -1.0, 0.5, i / 7), i % 2 == 0)
+            for i in range(5000)]
+    records = [Plain("first", {"output": many[:10]}), Record("r", {"input_args": many, "output": many[::-1]}),
+               Sub("sub", {"x": many[4000:4010]}), Plain("again", {"output": many[:3]})]
+    assert record_lines(records) == ",\n".join(
+        f"{json.dumps(r.name)}: {json.dumps(r.data, default=json_default)}" for r in records).encode()
+    unset = TensorSummary("torch.Tensor", "torch.float32", (1,))
+    del unset.md5
+    with pytest.raises(AttributeError):
+        record_lines([Record("r", {"output": [unset]})])
+
+
 def _doubles_hard_to_print(rnd) -> list:
     """Finite doubles from every corner of the format: random bit patterns (every exponent), float32 values
     (the Max and Min of most tensors), integers, powers of ten and two with their neighbours, subnormals."""

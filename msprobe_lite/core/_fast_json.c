@@ -17,6 +17,7 @@ so the output is json.dumps(..., ensure_ascii=True) byte for byte in every case.
 #include <string.h>
 
 #include "_shortest_float.h"
+#include "_slots.h"
 
 /* The output, written straight into the bytes object that is returned (no copy of a few hundred KB at the
    end, no second block of fresh pages to fault in). */
@@ -120,6 +121,20 @@ static int put_float(buf_t *b, double v) {
 #endif
 }
 
+/* Decimal digits of `n` written at `out` (no sign), backwards from a local buffer: snprintf's format parsing
+   cost more than the rest of a shape. Returns how many. */
+static int put_digits(char *out, unsigned long long n) {
+    char digits[24];
+    int nd = 0;
+    do {
+        digits[nd++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    for (int i = 0; i < nd; i++)
+        out[i] = digits[nd - 1 - i];
+    return nd;
+}
+
 static int put_int(buf_t *b, PyObject *v) {
     int overflow;
     long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -127,8 +142,14 @@ static int put_int(buf_t *b, PyObject *v) {
         return put_text(b, PyObject_Repr(v));
     if (n == -1 && PyErr_Occurred())
         return -1;
-    char text[24];
-    return put(b, text, snprintf(text, sizeof text, "%lld", n));
+    if (grow(b, 24) < 0)
+        return -1;
+    char *out = b->data + b->len;
+    if (n < 0)
+        *out++ = '-';
+    out += put_digits(out, n < 0 ? 0ull - (unsigned long long)n : (unsigned long long)n);
+    b->len = out - b->data;
+    return 0;
 }
 
 /* The exact scalar types json_scalar() formats; 1 when `v` was one of them, 0 when not, -1 on error. */
@@ -144,24 +165,90 @@ static int put_scalar(buf_t *b, PyObject *v) {
     return 0;
 }
 
+/* Summaries already written by this call of record_lines, and where their text is in the buffer: an
+   open-addressing table keyed by the object's address. Each key is held (a new reference) until the call
+   ends, so no address is reused meanwhile. */
+typedef struct {
+    PyObject *key;
+    Py_ssize_t offset, length;
+} seen_entry;
+
+typedef struct {
+    seen_entry *entries; /* NULL until the first summary */
+    size_t mask, used;   /* capacity - 1 (a power of two), entries in use */
+} seen_t;
+
+static seen_entry *seen_slot(seen_t *t, PyObject *key) {
+    size_t i = ((size_t)key >> 4) * 0x9E3779B97F4A7C15ull >> 7;
+    for (;; i++) {
+        seen_entry *e = &t->entries[i & t->mask];
+        if (e->key == key || e->key == NULL)
+            return e;
+    }
+}
+
+/* The entry of `key`: its text's place when e->key == key, else an empty entry to fill (NULL: no memory). */
+static seen_entry *seen_find(seen_t *t, PyObject *key) {
+    if (t->entries == NULL || 2 * (t->used + 1) > t->mask + 1) { /* at most half full */
+        size_t cap = t->entries ? 2 * (t->mask + 1) : 1024;
+        seen_entry *old = t->entries, *fresh = PyMem_Calloc(cap, sizeof(seen_entry));
+        if (fresh == NULL)
+            return (seen_entry *)PyErr_NoMemory();
+        size_t old_cap = old ? t->mask + 1 : 0;
+        t->entries = fresh;
+        t->mask = cap - 1;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].key != NULL)
+                *seen_slot(t, old[i].key) = old[i];
+        PyMem_Free(old);
+    }
+    return seen_slot(t, key);
+}
+
+static void seen_clear(seen_t *t) {
+    for (size_t i = 0; t->entries != NULL && i <= t->mask; i++)
+        Py_XDECREF(t->entries[i].key);
+    PyMem_Free(t->entries);
+    t->entries = NULL;
+}
+
 typedef struct {
     PyObject *summary_type, *saved_type, *fallback, *escape;
-    PyObject *seen; /* id(summary) -> where its text already is in the buffer (offset << 24 | length) */
-    PyObject *held; /* the summaries in `seen`, kept alive for the call so that no id is reused */
+    seen_t seen;
+    slots_t summary_slots; /* TensorSummary's fields read in place when it is a plain __slots__ class */
+    slots_t record_slots;  /* the same for the records' class (that of the first record) */
 } kinds_t;
+
+static const char *const SUMMARY_FIELDS[] = {"type", "dtype", "shape", "stats", "requires_grad", "md5"};
+static const char *const RECORD_FIELDS[] = {"name", "data"};
+
+/* `obj.<names[i]>` as a new reference: read from its slot when `obj` is exactly the class of `s` and the slot
+   is set (no attribute lookup), else through getattr. */
+static PyObject *field(PyObject *obj, const slots_t *s, int i, PyObject *name) {
+    if (Py_TYPE(obj) == s->type) {
+        PyObject *v = *(PyObject **)((char *)obj + s->offsets[i]);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(obj, name);
+}
 
 static PyObject *S_type, *S_dtype, *S_shape, *S_stats, *S_requires_grad, *S_md5, *S_summary, *S_data_name,
     *S_json_text, *S_name, *S_data;
 static const char *STAT_KEYS[4] = {", \"Max\": ", ", \"Min\": ", ", \"Mean\": ", ", \"Norm\": "};
+static const Py_ssize_t STAT_KEY_LENGTHS[4] = {9, 9, 10, 10};
 
 /* TensorSummary.json_text(data_name) when every field has its usual type; 0 when one has not (the caller
    then asks the summary itself), -1 on error. Written at the end of `b` and rolled back on 0. */
 static int summary(buf_t *b, PyObject *s, PyObject *data_name, kinds_t *k) {
     Py_ssize_t start = b->len;
     int rc = 0;
-    PyObject *type = PyObject_GetAttr(s, S_type), *dtype = PyObject_GetAttr(s, S_dtype),
-             *shape = PyObject_GetAttr(s, S_shape), *stats = PyObject_GetAttr(s, S_stats),
-             *grad = PyObject_GetAttr(s, S_requires_grad), *md5 = PyObject_GetAttr(s, S_md5);
+    const slots_t *f = &k->summary_slots;
+    PyObject *type = field(s, f, 0, S_type), *dtype = type ? field(s, f, 1, S_dtype) : NULL,
+             *shape = dtype ? field(s, f, 2, S_shape) : NULL, *stats = shape ? field(s, f, 3, S_stats) : NULL,
+             *grad = stats ? field(s, f, 4, S_requires_grad) : NULL, *md5 = grad ? field(s, f, 5, S_md5) : NULL;
     if (!type || !dtype || !shape || !stats || !grad || !md5) {
         rc = -1;
         goto done;
@@ -189,7 +276,7 @@ static int summary(buf_t *b, PyObject *s, PyObject *data_name, kinds_t *k) {
         goto error;
     if (stats != Py_None) {
         for (int i = 0; i < 4; i++) {
-            if (put(b, STAT_KEYS[i], (Py_ssize_t)strlen(STAT_KEYS[i])) < 0)
+            if (put(b, STAT_KEYS[i], STAT_KEY_LENGTHS[i]) < 0)
                 goto error;
             int done = put_scalar(b, PyTuple_GET_ITEM(stats, i));
             if (done < 0)
@@ -228,14 +315,11 @@ static int value(buf_t *b, PyObject *v, kinds_t *k);
 /* A TensorSummary or SavedTensor. The output of one call is the input of the next, so the same summary
    recurs in several records: its text is made once per call of record_lines and copied after that. */
 static int tensor_item(buf_t *b, PyObject *v, kinds_t *k) {
-    PyObject *key = PyLong_FromVoidPtr(v);
-    if (key == NULL)
+    seen_entry *where = seen_find(&k->seen, v);
+    if (where == NULL)
         return -1;
-    PyObject *where = PyDict_GetItemWithError(k->seen, key);
-    if (where != NULL) {
-        long long at = PyLong_AsLongLong(where);
-        Py_ssize_t offset = (Py_ssize_t)(at >> 24), n = (Py_ssize_t)(at & 0xFFFFFF);
-        Py_DECREF(key);
+    if (where->key == v) {
+        Py_ssize_t offset = where->offset, n = where->length;
         if (grow(b, n) < 0)
             return -1;
         memcpy(b->data + b->len, b->data + offset, n); /* grow() first: it may move the buffer */
@@ -244,9 +328,7 @@ static int tensor_item(buf_t *b, PyObject *v, kinds_t *k) {
     }
     Py_ssize_t start = b->len;
     int rc;
-    if (PyErr_Occurred()) {
-        rc = -1;
-    } else if (Py_TYPE(v) == (PyTypeObject *)k->saved_type) {
+    if (Py_TYPE(v) == (PyTypeObject *)k->saved_type) {
         PyObject *inner = PyObject_GetAttr(v, S_summary), *name = PyObject_GetAttr(v, S_data_name);
         rc = !inner || !name                                        ? -1
              : Py_TYPE(inner) == (PyTypeObject *)k->summary_type ? summary(b, inner, name, k)
@@ -258,12 +340,17 @@ static int tensor_item(buf_t *b, PyObject *v, kinds_t *k) {
     }
     if (rc == 0) /* an unusual field: the summary's own json_text() */
         rc = put_text(b, PyObject_CallMethodNoArgs(v, S_json_text)) < 0 ? -1 : 1;
-    if (rc > 0 && b->len - start < (1 << 24) && start < ((Py_ssize_t)1 << 38)) {
-        PyObject *at = PyLong_FromLongLong((long long)start << 24 | (long long)(b->len - start));
-        rc = at == NULL || PyDict_SetItem(k->seen, key, at) < 0 || PyList_Append(k->held, v) < 0 ? -1 : 1;
-        Py_XDECREF(at);
+    if (rc > 0) { /* found again: Python code run above (json_text, an escape) may have filled the table */
+        if ((where = seen_find(&k->seen, v)) == NULL)
+            return -1;
+        if (where->key == NULL) {
+            Py_INCREF(v);
+            where->key = v;
+            where->offset = start;
+            where->length = b->len - start;
+            k->seen.used++;
+        }
     }
-    Py_DECREF(key);
     return rc < 0 ? -1 : 0;
 }
 
@@ -332,32 +419,24 @@ static int value(buf_t *b, PyObject *v, kinds_t *k) {
 
 static PyObject *record_lines(PyObject *self, PyObject *args) {
     PyObject *records;
-    kinds_t k;
+    kinds_t k = {0};
     if (!PyArg_ParseTuple(args, "OOOOO:record_lines", &records, &k.summary_type, &k.saved_type, &k.fallback,
                           &k.escape))
         return NULL;
     PyObject *seq = PySequence_Tuple(records); /* a snapshot: Python code run meanwhile cannot shorten it */
     if (seq == NULL)
         return NULL;
-    k.seen = PyDict_New();
-    k.held = PyList_New(0);
-    if (k.seen == NULL || k.held == NULL) {
-        Py_XDECREF(k.seen);
-        Py_XDECREF(k.held);
-        Py_DECREF(seq);
-        return NULL;
-    }
-    buf_t b = {NULL, NULL, 0, 0};
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    if (n > 0 && grow(&b, n < (1 << 14) ? n * 1024 : (Py_ssize_t)1 << 24) < 0) { /* most records take less */
+    buf_t b = {NULL, NULL, 0, 0};
+    if (slots_find(&k.summary_slots, k.summary_type, SUMMARY_FIELDS, 6) < 0 ||
+        (n > 0 && slots_find(&k.record_slots, (PyObject *)Py_TYPE(PyTuple_GET_ITEM(seq, 0)), RECORD_FIELDS, 2) < 0) ||
+        (n > 0 && grow(&b, n < (1 << 14) ? n * 1024 : (Py_ssize_t)1 << 24) < 0)) { /* most records take less */
         Py_DECREF(seq);
-        Py_DECREF(k.seen);
-        Py_DECREF(k.held);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyTuple_GET_ITEM(seq, i);
-        PyObject *name = PyObject_GetAttr(r, S_name), *data = name ? PyObject_GetAttr(r, S_data) : NULL;
+        PyObject *name = field(r, &k.record_slots, 0, S_name), *data = name ? field(r, &k.record_slots, 1, S_data) : NULL;
         int rc = data == NULL ? -1 : 0;
         if (rc == 0 && !PyUnicode_Check(name)) {
             PyErr_Format(PyExc_TypeError, "a record's name must be a str, not %.100s", Py_TYPE(name)->tp_name);
@@ -372,14 +451,12 @@ static PyObject *record_lines(PyObject *self, PyObject *args) {
         if (rc) {
             Py_XDECREF(b.bytes);
             Py_DECREF(seq);
-            Py_DECREF(k.seen);
-            Py_DECREF(k.held);
+            seen_clear(&k.seen);
             return NULL;
         }
     }
     Py_DECREF(seq);
-    Py_DECREF(k.seen);
-    Py_DECREF(k.held);
+    seen_clear(&k.seen);
     if (b.bytes == NULL)
         return PyBytes_FromStringAndSize("", 0);
     if (_PyBytes_Resize(&b.bytes, b.len) < 0)

@@ -26,7 +26,7 @@ typedef struct {
 } slots_t;
 
 /* 1: `s` makes instances of `cls` with `names` filled; 0: it cannot (use the class); -1 with an error set. */
-static int slots_find(slots_t *s, PyObject *cls, const char *const *names, int n) {
+static inline int slots_find(slots_t *s, PyObject *cls, const char *const *names, int n) {
     s->type = NULL;
     if (!PyType_Check(cls) || n > SLOTS_MAX)
         return 0;
@@ -59,7 +59,7 @@ static int slots_find(slots_t *s, PyObject *cls, const char *const *names, int n
 }
 
 /* A new instance with its slots set to `values` (n of them, in slots_find's order; new references taken). */
-static PyObject *slots_new(const slots_t *s, PyObject *const *values) {
+static inline PyObject *slots_new(const slots_t *s, PyObject *const *values) {
     PyObject *obj = s->type->tp_alloc(s->type, 0);
     if (obj == NULL)
         return NULL;
