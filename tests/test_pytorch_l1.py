@@ -294,11 +294,11 @@ def test_the_stack_walk_in_c_and_in_python_agree(monkeypatch):
 def test_a_tensor_passed_on_gets_one_hook_for_both_records_unless_changed_in_place(tmp_path, monkeypatch):
     """y is tanh's output and exp's input: one gradient hook fills both backward records. After an in-place
     change the tensor is another autograd node: hooked again, and each record gets its own gradient."""
-    from msprobe_lite.pytorch.framework import TorchFramework
+    from msprobe_lite.core.calls import CallRecorder
 
-    hooked = []
-    real = TorchFramework.on_grad
-    monkeypatch.setattr(TorchFramework, "on_grad", staticmethod(lambda t, fn: (hooked.append(t), real(t, fn))[1]))
+    hooked = []  # the step's hooks, counted when the step ends (the C handler hooks without on_grad's Python)
+    real = CallRecorder.end_step
+    monkeypatch.setattr(CallRecorder, "end_step", lambda self: (hooked.extend(self.grad_handles), real(self))[1])
     g = torch.Generator().manual_seed(4)
     x = torch.randn(6, generator=g, requires_grad=True)
 
@@ -390,6 +390,15 @@ def test_gradient_hooks_share_the_tensors_hook_dict_with_the_users_hooks(tmp_pat
 
 
 # -- the C handler (pytorch/_fast_capture.c): calls recorded in C as the Python route records them -----------------
+class _Listed(list):
+    pass
+
+
+class _Iterated(list):  # its own iteration: the C route leaves its gradient hooks to the Python methods
+    def __iter__(self):
+        return iter(list(list.__iter__(self)))
+
+
 def _program(x, w, grad):
     """Captured calls of every shape the C route records; with `grad`, w gets a gradient (hooks, backward)."""
     with torch.set_grad_enabled(grad):
@@ -399,6 +408,10 @@ def _program(x, w, grad):
         s = F.softmax(c, dim=-1)                  # keyword arguments
         top = torch.max(s, dim=1)                 # torch.return_types: a tuple of two tensors
         halves = torch.split(c, 2, dim=1)         # a plain tuple of tensors
+        torch.cat([a, b], dim=0)                  # tensors in a list in the arguments
+        c.reshape(torch.Size([5, 3]))             # a torch.Size (a tuple subclass) in the arguments
+        torch.stack(_Listed([a, b]))              # a list subclass
+        torch.stack(_Iterated([b, a]))            # one that iterates its own way
         try:
             torch.matmul(x, w)                    # the shapes do not match: raises
         except RuntimeError:
@@ -421,6 +434,10 @@ def test_calls_take_the_c_route_and_dump_what_the_python_route_dumps(tmp_path, m
     ended = []  # calls recorded by the Python route (counted at their end: the stack is taken before)
     python_end = CallRecorder.end_api
     monkeypatch.setattr(CallRecorder, "end_api", lambda self, *a: ended.append(a[1]) or python_end(self, *a))
+    hooked_in_python = []  # gradients hooked by the Python methods
+    python_before = CallRecorder.gradients_before
+    monkeypatch.setattr(CallRecorder, "gradients_before",
+                        lambda self, call, *a: hooked_in_python.append(call.name) or python_before(self, call, *a))
     model = nn.Linear(4, 4)
     dumps, results = [], []
     for route in ("C", "Python"):  # one call site for both: the stacks name the same lines
@@ -436,6 +453,8 @@ def test_calls_take_the_c_route_and_dump_what_the_python_route_dumps(tmp_path, m
         d.stop()
         d.step()
         assert (len(ended) == 0) == (route == "C"), (route, ended)
+        if route == "C":  # only the call whose list iterates its own way
+            assert hooked_in_python == (["Torch.stack.1.forward"] if grad else []), hooked_in_python
         dumps.append(dump_files(tmp_path / route))
     assert_same_files(*dumps, at_least=3)
     dump = data(tmp_path / "C")
@@ -443,7 +462,8 @@ def test_calls_take_the_c_route_and_dump_what_the_python_route_dumps(tmp_path, m
     assert forward == [
         "Torch.tanh.0.forward", "Torch.sigmoid.0.forward", "Tensor.mul.0.forward", "Torch.sigmoid.1.forward",
         "Tensor.mul.1.forward", "Tensor.add.0.forward", "Functional.linear.0.forward",
-        "Functional.softmax.0.forward", "Torch.max.0.forward", "Torch.split.0.forward", "Tensor.add_.0.forward",
+        "Functional.softmax.0.forward", "Torch.max.0.forward", "Torch.split.0.forward", "Torch.cat.0.forward",
+        "Tensor.reshape.0.forward", "Torch.stack.0.forward", "Torch.stack.1.forward", "Tensor.add_.0.forward",
         "Tensor.__setitem__.0.forward", "Torch.zeros_like.0.forward"] + (
         ["Tensor.sum.0.forward", "Tensor.sum.1.forward", "Tensor.add.1.forward"] if grad else [])
     # (the failed matmul took Torch.matmul.0)

@@ -125,9 +125,6 @@ class Record:
         self.name = name
         self.data = data if data is not None else {}
 
-    def is_empty(self) -> bool:
-        return not self.data
-
 
 _HEAD = '{"type": %s, "dtype": %s, "shape": %s'
 _HEADS: dict = {}  # (type, dtype, shape) -> formatted head; a model has a few hundred distinct ones

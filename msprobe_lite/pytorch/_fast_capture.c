@@ -43,6 +43,19 @@ typedef struct {
     PyObject *abandon;     /* CallRecorder.abandon(name, call or None): the call raised */
     PyObject *current;     /* ModuleHooks.current() (mix level), or None */
     slots_t record_slots;  /* Record made without its __init__ (see _slots.h), when it can be */
+    /* the gradient half in C (bind_gradients): CallRecorder.gradients_before/after, _hook, _backward and
+       TorchFramework.on_grad, for plain tensors in plain containers */
+    PyObject *grad_slots;  /* CallRecorder._slots: id(tensor) -> its _GradSlot this step */
+    PyObject *handles;     /* CallRecorder.grad_handles: the step's hook handles */
+    PyObject *recorder;    /* the CallRecorder (BackwardCall.recorder) */
+    PyObject *tensor_type; /* torch.Tensor: what counts as a tensor (isinstance) */
+    PyObject *plain;       /* framework.PLAIN_TENSORS: types whose hooks go into the hook dict here */
+    PyObject *hook_dict;   /* collections.OrderedDict, a tensor's _backward_hooks */
+    PyObject *keys;        /* framework._KEYS: the hooks' keys, shared with TorchFramework.on_grad */
+    PyObject *on_grad;     /* TorchFramework.on_grad, for other tensor types */
+    slots_t call_slots, backward_slots, grad_slot_slots, handle_slots;
+    int max_depth;         /* values.MAX_DEPTH */
+    char grads_in_c;       /* bind_gradients succeeded */
     char fast;             /* bound, and this run's captured calls may be recorded here */
     char in_optimizer;     /* set by the optimizer's step hooks (mix level) */
     char has_modules;      /* mix level: a call's parent is the innermost module, or "optimizer" */
@@ -51,7 +64,8 @@ typedef struct {
 
 static PyObject *S_forward_on, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
     *S_optimizer, *S_input_args, *S_input_kwargs, *S_output, *S_enter, *S_exit, *S_site, *S_what,
-    *S_site_begin, *S_site_end, *S_name, *S_bwd_name, *EMPTY;
+    *S_site_begin, *S_site_end, *S_name, *S_bwd_name, *S_requires_grad, *S_version, *S_backward_hooks,
+    *S_grad_fn, *S_register_hook_dict, *S_n_out, *S_input, *EMPTY, *ZERO;
 
 /* The Python method with the same arguments, `self` in front. */
 static PyObject *call_twin(Handler *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
@@ -216,6 +230,261 @@ static PyObject *call_name(PyObject *prefix, PyObject *api, Py_ssize_t n, const 
     return name;
 }
 
+/* -- the gradient half (CallRecorder.gradients_before / gradients_after) ----------------------------------- */
+
+/* values.tensor_leaves(v, is_tensor, depth) appended to `found`: 1, or 0 when `v` holds a container this walk
+   leaves to Python (a subclass of list, tuple or dict may iterate its own way), -1 on error. */
+static int leaves(Handler *h, PyObject *v, int depth, PyObject *found) {
+    int is = PyObject_IsInstance(v, h->tensor_type);
+    if (is != 0)
+        return is < 0 ? -1 : PyList_Append(found, v) < 0 ? -1 : 1;
+    if (depth >= h->max_depth)
+        return 1;
+    if ((PyList_Check(v) && Py_TYPE(v)->tp_iter == PyList_Type.tp_iter) ||
+        (PyTuple_Check(v) && Py_TYPE(v)->tp_iter == PyTuple_Type.tp_iter)) { /* torch.Size included */
+        PyObject *items = PySequence_Fast(v, ""); /* a list may change while Python code runs below */
+        if (items == NULL)
+            return -1;
+        int rc = 1;
+        for (Py_ssize_t i = 0; rc == 1 && i < PySequence_Fast_GET_SIZE(items); i++)
+            rc = leaves(h, PySequence_Fast_GET_ITEM(items, i), depth + 1, found);
+        Py_DECREF(items);
+        return rc;
+    }
+    if (PyDict_CheckExact(v)) {
+        PyObject *values = PyDict_Values(v);
+        if (values == NULL)
+            return -1;
+        int rc = 1;
+        for (Py_ssize_t i = 0; rc == 1 && i < PyList_GET_SIZE(values); i++)
+            rc = leaves(h, PyList_GET_ITEM(values, i), depth + 1, found);
+        Py_DECREF(values);
+        return rc;
+    }
+    if (PyList_Check(v) || PyTuple_Check(v) || PyDict_Check(v))
+        return 0;
+    return 1;
+}
+
+/* `tensor.requires_grad` (framework.may_get_grad): 1, 0, or -1 on error. */
+static int may_get_grad(PyObject *t) {
+    PyObject *flag = PyObject_GetAttr(t, S_requires_grad);
+    int yes = flag ? PyObject_IsTrue(flag) : -1;
+    Py_XDECREF(flag);
+    return yes;
+}
+
+static int any_may_get_grad(PyObject *tensors) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tensors); i++) {
+        int yes = may_get_grad(PyList_GET_ITEM(tensors, i));
+        if (yes != 0)
+            return yes;
+    }
+    return 0;
+}
+
+/* TorchFramework.on_grad(t, fn) for a plain tensor: the hook goes into its hook dict (made, and registered with
+   its autograd node, the first time) under a fresh negative key; the handle joins the step's. */
+static int on_grad(Handler *h, PyObject *t, PyObject *fn) {
+    int plain = PySequence_Contains(h->plain, (PyObject *)Py_TYPE(t));
+    if (plain < 0)
+        return -1;
+    PyObject *handle = NULL;
+    if (!plain) {
+        PyObject *args[] = {t, fn};
+        handle = PyObject_Vectorcall(h->on_grad, args, 2, NULL);
+    } else {
+        PyObject *hooks = PyObject_GetAttr(t, S_backward_hooks);
+        if (hooks == Py_None) {
+            Py_DECREF(hooks);
+            hooks = PyObject_CallNoArgs(h->hook_dict);
+            if (hooks == NULL || PyObject_SetAttr(t, S_backward_hooks, hooks) < 0) {
+                Py_XDECREF(hooks);
+                return -1;
+            }
+            PyObject *node = PyObject_GetAttr(t, S_grad_fn);
+            PyObject *done = node == NULL ? NULL : node == Py_None ? (Py_INCREF(Py_None), Py_None)
+                                                                   : PyObject_CallMethodOneArg(node, S_register_hook_dict, t);
+            Py_XDECREF(node);
+            if (done == NULL) {
+                Py_DECREF(hooks);
+                return -1;
+            }
+            Py_DECREF(done);
+        }
+        PyObject *key = hooks ? PyIter_Next(h->keys) : NULL;
+        if (key != NULL && PyObject_SetItem(hooks, key, fn) == 0) {
+            PyObject *parts[] = {hooks, key};
+            handle = slots_new(&h->handle_slots, parts);
+        }
+        Py_XDECREF(key);
+        Py_XDECREF(hooks);
+        if (handle == NULL && !PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "the debugger's hook key counter ended");
+    }
+    int rc = handle == NULL ? -1 : PyList_Append(h->handles, handle);
+    Py_XDECREF(handle);
+    return rc;
+}
+
+/* CallRecorder._hook(backward, tensors, key). */
+static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tensors); i++) {
+        PyObject *t = PyList_GET_ITEM(tensors, i);
+        int yes = may_get_grad(t);
+        if (yes <= 0) {
+            if (yes < 0)
+                return -1;
+            continue;
+        }
+        PyObject *version = PyObject_GetAttr(t, S_version); /* Summarizer.version */
+        if (version == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) /* an inference tensor keeps no version */
+                return -1;
+            PyErr_Clear();
+        }
+        PyObject *index = PyLong_FromSsize_t(i);
+        PyObject *place = index ? PyTuple_Pack(3, backward, key, index) : NULL;
+        Py_XDECREF(index);
+        PyObject *id = place ? PyLong_FromVoidPtr(t) : NULL;
+        PyObject *slot = id ? PyDict_GetItemWithError(h->grad_slots, id) : NULL; /* borrowed */
+        int rc = id == NULL || (slot == NULL && PyErr_Occurred()) ? -1 : 0;
+        if (rc == 0 && slot != NULL && version != NULL) { /* hooked already this step, and unchanged since? */
+            Py_INCREF(slot);
+            PyObject *seen = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[2]);
+            PyObject *weak = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[1]);
+            int same = Py_TYPE(slot) == h->grad_slot_slots.type && seen != NULL && weak != NULL &&
+                               PyWeakref_CheckRef(weak)
+                           ? PyObject_RichCompareBool(seen, version, Py_EQ)
+                           : 0;
+            if (same > 0 && PyWeakref_GET_OBJECT(weak) == t) {
+                PyObject *places = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[0]);
+                rc = places != NULL && PyList_Check(places) ? PyList_Append(places, place) : -1;
+                if (rc < 0 && !PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "_GradSlot.places: expected a list");
+                Py_DECREF(slot);
+                Py_DECREF(id);
+                Py_DECREF(place);
+                Py_XDECREF(version);
+                if (rc < 0)
+                    return -1;
+                continue;
+            }
+            Py_DECREF(slot);
+            if (same < 0)
+                rc = -1;
+        }
+        PyObject *fresh = NULL;
+        if (rc == 0) {
+            PyObject *places = PyList_New(1);
+            if (places != NULL) {
+                Py_INCREF(place);
+                PyList_SET_ITEM(places, 0, place);
+                PyObject *parts[] = {places, Py_None, Py_None};
+                fresh = slots_new(&h->grad_slot_slots, parts);
+                Py_DECREF(places);
+            }
+            rc = fresh == NULL || on_grad(h, t, fresh) < 0 ? -1 : 0;
+        }
+        if (rc == 0 && version != NULL) {
+            PyObject *weak = PyWeakref_NewRef(t, NULL);
+            if (weak == NULL) {
+                if (PyErr_ExceptionMatches(PyExc_TypeError)) /* no weak references: one hook per place */
+                    PyErr_Clear();
+                else
+                    rc = -1;
+            } else {
+                PyObject **at = (PyObject **)((char *)fresh + h->grad_slot_slots.offsets[1]);
+                Py_SETREF(*at, weak);
+                at = (PyObject **)((char *)fresh + h->grad_slot_slots.offsets[2]);
+                Py_INCREF(version);
+                Py_SETREF(*at, version);
+                rc = PyDict_SetItem(h->grad_slots, id, fresh);
+            }
+        }
+        Py_XDECREF(fresh);
+        Py_XDECREF(id);
+        Py_XDECREF(place);
+        Py_XDECREF(version);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* CallRecorder._backward(call): its BackwardCall (save_as None: this route runs only when no tensor is saved). */
+static PyObject *backward_of(Handler *h, PyObject *call) {
+    const Py_ssize_t *at = h->call_slots.offsets; /* name, record, backward, save_as, bwd_name, bwd_parent, n_in */
+    for (int i = 4; i < 7; i++)
+        if (*(PyObject **)((char *)call + at[i]) == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "Call: its backward name, parent or input count is unset");
+            return NULL;
+        }
+    PyObject *parts[] = {*(PyObject **)((char *)call + at[4]), h->recorder, Py_None,
+                         *(PyObject **)((char *)call + at[6]), ZERO, *(PyObject **)((char *)call + at[5]),
+                         Py_None, Py_False};
+    PyObject *backward = slots_new(&h->backward_slots, parts);
+    if (backward != NULL) {
+        Py_INCREF(backward);
+        Py_SETREF(*(PyObject **)((char *)call + at[2]), backward);
+    }
+    return backward;
+}
+
+/* CallRecorder.gradients_before: makes the Call (f->call) and hooks the call's inputs. 0 (nothing done) when
+   the arguments hold a container left to Python: the caller then goes the Python way. */
+static int grads_before(Handler *h, Flight *f, PyObject *bwd_name, PyObject *bwd_parent, PyObject *args,
+                        PyObject *kwargs) {
+    PyObject *inputs = PyList_New(0);
+    if (inputs == NULL)
+        return -1;
+    int rc = leaves(h, args, 1, inputs);
+    if (rc == 1 && kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0)
+        rc = leaves(h, kwargs, 1, inputs);
+    if (rc == 1) {
+        PyObject *n_in = PyLong_FromSsize_t(PyList_GET_SIZE(inputs));
+        PyObject *parts[] = {f->name, Py_None, Py_None, Py_None, bwd_name, bwd_parent, n_in};
+        f->call = n_in ? slots_new(&h->call_slots, parts) : NULL;
+        Py_XDECREF(n_in);
+        int wanted = f->call ? any_may_get_grad(inputs) : -1;
+        PyObject *backward = wanted > 0 ? backward_of(h, f->call) : NULL;
+        rc = wanted < 0 || (wanted > 0 && (backward == NULL || hook(h, backward, inputs, S_output) < 0)) ? -1 : 1;
+        Py_XDECREF(backward);
+    }
+    Py_DECREF(inputs);
+    return rc;
+}
+
+/* CallRecorder.gradients_after: hooks the outputs; 0 (nothing done) for an output left to Python. */
+static int grads_after(Handler *h, PyObject *call, PyObject *out) {
+    if (Py_TYPE(call) != h->call_slots.type)
+        return 0;
+    PyObject *outputs = PyList_New(0);
+    if (outputs == NULL)
+        return -1;
+    int rc = leaves(h, out, 0, outputs);
+    if (rc == 1) {
+        PyObject *backward = *(PyObject **)((char *)call + h->call_slots.offsets[2]);
+        Py_XINCREF(backward);
+        if (backward == Py_None || backward == NULL) {
+            Py_XDECREF(backward);
+            int wanted = any_may_get_grad(outputs);
+            backward = wanted > 0 ? backward_of(h, call) : wanted < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
+        }
+        if (backward == NULL)
+            rc = -1;
+        else if (backward != Py_None) {
+            PyObject *n_out = PyLong_FromSsize_t(PyList_GET_SIZE(outputs));
+            rc = n_out == NULL || PyObject_SetAttr(backward, S_n_out, n_out) < 0 ||
+                         hook(h, backward, outputs, S_input) < 0 ? -1 : 1;
+            Py_XDECREF(n_out);
+        }
+        Py_XDECREF(backward);
+    }
+    Py_DECREF(outputs);
+    return rc;
+}
+
 /* CallRecorder.begin_api + begin without filters, in their order (a failure midway leaves what the Python
    route would leave): counts the call, names it, makes its record with the inputs, sets its parent, files
    its stack, and with gradients recorded hooks its inputs (gradients_before). */
@@ -297,13 +566,17 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
         goto fail;
     if (recording) {
         PyObject *bwd_name = call_name(prefix, api, n, ".backward");
-        f->call = bwd_name ? PyObject_CallOneArg(h->call_type, f->name) : NULL;
-        PyObject *before[] = {f->call, bwd_name, bwd_parent, args, kwargs ? kwargs : Py_None};
-        PyObject *done = f->call ? PyObject_Vectorcall(h->before, before, 5, NULL) : NULL;
+        int done = bwd_name == NULL ? -1 : h->grads_in_c ? grads_before(h, f, bwd_name, bwd_parent, args, kwargs) : 0;
+        if (done == 0) { /* the Python way */
+            f->call = PyObject_CallOneArg(h->call_type, f->name);
+            PyObject *before[] = {f->call, bwd_name, bwd_parent, args, kwargs ? kwargs : Py_None};
+            PyObject *hooked = f->call ? PyObject_Vectorcall(h->before, before, 5, NULL) : NULL;
+            done = hooked == NULL ? -1 : 1;
+            Py_XDECREF(hooked);
+        }
         Py_XDECREF(bwd_name);
-        if (done == NULL)
+        if (done < 0)
             goto fail;
-        Py_DECREF(done);
     }
     Py_XDECREF(owner[0]);
     Py_XDECREF(owner[1]);
@@ -366,11 +639,15 @@ static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Fligh
         Py_DECREF(sealed);
     }
     if (f->call != NULL) {
-        PyObject *after[] = {f->call, out};
-        PyObject *done = PyObject_Vectorcall(h->after, after, 2, NULL);
-        if (done == NULL)
+        int done = h->grads_in_c ? grads_after(h, f->call, out) : 0;
+        if (done == 0) { /* the Python way */
+            PyObject *after[] = {f->call, out};
+            PyObject *hooked = PyObject_Vectorcall(h->after, after, 2, NULL);
+            done = hooked == NULL ? -1 : 1;
+            Py_XDECREF(hooked);
+        }
+        if (done < 0)
             return -1;
-        Py_DECREF(done);
     }
     return 0;
 }
@@ -432,6 +709,9 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
     X(table) X(session) X(encode) X(seal) X(record_type) X(grad_enabled) X(file_known) X(file_new) X(quiet)   \
     X(report) X(twin) X(call_type) X(before) X(after) X(abandon) X(current)
 
+#define GRAD_FIELDS(X)                                                                                     \
+    X(grad_slots) X(handles) X(recorder) X(tensor_type) X(plain) X(hook_dict) X(keys) X(on_grad)
+
 /* bind(table, session, encode, seal, record_type, grad_enabled, file_known, file_new, quiet, report, twin,
         call_type, before, after, abandon, current, fast, has_modules, inputs, outputs, numbers) */
 static PyObject *Handler_bind(Handler *h, PyObject *args) {
@@ -454,16 +734,60 @@ static PyObject *Handler_bind(Handler *h, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static const char *const CALL_SLOTS[] = {"name", "record", "backward", "save_as", "bwd_name", "bwd_parent", "n_in"};
+static const char *const BACKWARD_SLOTS[] = {"name", "recorder", "record", "n_in", "n_out", "parent", "save_as",
+                                             "abandoned"};
+static const char *const GRAD_SLOT_SLOTS[] = {"places", "tensor", "version"};
+static const char *const HANDLE_SLOTS[] = {"hooks", "key"};
+
+/* bind_gradients(call_type, backward_type, grad_slot_type, handle_type, grad_slots, handles, recorder,
+                  tensor_type, plain, hook_dict, keys, on_grad, max_depth) -> bool: the gradient half in C from
+   here on (after bind()), when every class is one _slots.h can fill; False leaves it to Python. The classes
+   are kept alive by their modules; the handler holds the objects. */
+static PyObject *Handler_bind_gradients(Handler *h, PyObject *args) {
+    PyObject *types[4];
+#define DECLARE_G(f) PyObject *f;
+    GRAD_FIELDS(DECLARE_G)
+    int max_depth;
+    if (!PyArg_ParseTuple(args, "OOOOO!O!OOO!OOOi:bind_gradients", &types[0], &types[1], &types[2], &types[3],
+                          &PyDict_Type, &grad_slots, &PyList_Type, &handles, &recorder, &tensor_type, &PyTuple_Type,
+                          &plain, &hook_dict, &keys, &on_grad, &max_depth))
+        return NULL;
+    h->grads_in_c = 0;
+    int found[4] = {slots_find(&h->call_slots, types[0], CALL_SLOTS, 7),
+                    slots_find(&h->backward_slots, types[1], BACKWARD_SLOTS, 8),
+                    slots_find(&h->grad_slot_slots, types[2], GRAD_SLOT_SLOTS, 3),
+                    slots_find(&h->handle_slots, types[3], HANDLE_SLOTS, 2)};
+    for (int i = 0; i < 4; i++) {
+        if (found[i] < 0)
+            return NULL;
+        if (found[i] == 0)
+            Py_RETURN_FALSE;
+    }
+    if (!PyIter_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "bind_gradients: keys must be an iterator");
+        return NULL;
+    }
+#define KEEP_G(f) Py_INCREF(f); Py_XSETREF(h->f, f);
+    GRAD_FIELDS(KEEP_G)
+    h->max_depth = max_depth;
+    h->grads_in_c = 1;
+    Py_RETURN_TRUE;
+}
+
 static int Handler_traverse(Handler *h, visitproc visit, void *arg) {
 #define VISIT(f) Py_VISIT(h->f);
     FIELDS(VISIT)
+    GRAD_FIELDS(VISIT)
     return 0;
 }
 
 static int Handler_clear(Handler *h) {
 #define CLEAR(f) Py_CLEAR(h->f);
     FIELDS(CLEAR)
+    GRAD_FIELDS(CLEAR)
     h->record_slots.type = NULL; /* borrowed from record_type */
+    h->grads_in_c = 0;
     return 0;
 }
 
@@ -476,6 +800,10 @@ static void Handler_dealloc(Handler *h) {
 static PyMethodDef HANDLER_METHODS[] = {
     {"__torch_function__", (PyCFunction)(void (*)(void))Handler_torch_function, METH_FASTCALL | METH_KEYWORDS,
      "__torch_function__(func, types, args=(), kwargs=None): the mode's entry point (see the module)."},
+    {"bind_gradients", (PyCFunction)Handler_bind_gradients, METH_VARARGS,
+     "bind_gradients(call_type, backward_type, grad_slot_type, handle_type, grad_slots, handles, recorder, "
+     "tensor_type, plain, hook_dict, keys, on_grad, max_depth) -> bool: CallRecorder's gradient half in C (see "
+     "the module); False when a class is not one it can fill."},
     {"bind", (PyCFunction)Handler_bind, METH_VARARGS,
      "bind(table, session, encode, seal, record_type, grad_enabled, file_known, file_new, quiet, report, twin, "
      "call_type, before, after, abandon, current, fast, has_modules, inputs, outputs, numbers): what the "
@@ -527,6 +855,15 @@ PyMODINIT_FUNC PyInit__fast_capture(void) {
     INTERN(S_site_end, "ApiCapture._end");
     INTERN(S_name, "name");
     INTERN(S_bwd_name, "bwd_name");
+    INTERN(S_requires_grad, "requires_grad");
+    INTERN(S_version, "_version");
+    INTERN(S_backward_hooks, "_backward_hooks");
+    INTERN(S_grad_fn, "grad_fn");
+    INTERN(S_register_hook_dict, "_register_hook_dict");
+    INTERN(S_n_out, "n_out");
+    INTERN(S_input, "input");
+    if ((ZERO = PyLong_FromLong(0)) == NULL)
+        return NULL;
     if ((EMPTY = PyTuple_New(0)) == NULL || PyType_Ready(&HandlerType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&MODULE);

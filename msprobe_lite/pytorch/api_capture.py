@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import OrderedDict
 from threading import get_ident
 
 import torch
@@ -29,11 +30,11 @@ import torch.nn.functional as F
 import yaml
 from torch.overrides import TorchFunctionMode
 
-from ..core.calls import Call
+from ..core.calls import BackwardCall, Call, _GradSlot
 from ..core.records import Record
 from ..core.safety import guarded, log, report_failure
-from ..core.values import tensor_leaves
-from .framework import TorchFramework
+from ..core.values import MAX_DEPTH, tensor_leaves
+from .framework import _KEYS, PLAIN_TENSORS, TorchFramework, _HookHandle
 
 try:  # the C side of __torch_function__; optional like the other C routes
     from ._fast_capture import Handler as FastHandler
@@ -90,6 +91,12 @@ class ApiCapture(TorchFunctionMode):
                      # play and the C value encoder is built
                      encode is not None and not recorder.filtered and not session.saving,
                      modules is not None, recorder.inputs, recorder.outputs, session.numbers)
+        if recorder.framework.tensor_hooks:
+            # CallRecorder's gradient half (gradients_before/after, _hook, on_grad) in C too, for plain
+            # tensors in plain containers; anything else still goes through those methods
+            capture.bind_gradients(Call, BackwardCall, _GradSlot, _HookHandle, recorder._slots,
+                                   recorder.grad_handles, recorder, torch.Tensor, PLAIN_TENSORS, OrderedDict,
+                                   _KEYS, TorchFramework.on_grad, MAX_DEPTH)
         return capture
 
     def __init__(self, session, recorder, summarizer, modules=None, api_list: str = API_LIST):
