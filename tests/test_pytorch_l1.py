@@ -389,6 +389,37 @@ def test_gradient_hooks_share_the_tensors_hook_dict_with_the_users_hooks(tmp_pat
     assert not sub._backward_hooks
 
 
+def test_a_failing_gradient_place_is_reported_and_the_others_are_filled(tmp_path, monkeypatch):
+    """The C handler's gradient hook (GradHook: _GradSlot and BackwardCall.fill in C) fills each place of its
+    tensor; one that fails is reported, once, and the hook goes on with the next place; gradients are
+    untouched."""
+    from msprobe_lite.core import safety
+
+    monkeypatch.setattr(safety, "_seen", {})
+    errors = []
+    monkeypatch.setattr(safety.log, "error", lambda msg, *a: errors.append(msg % a))
+    x = torch.linspace(-2.0, 2.0, 6).requires_grad_(True)
+    d = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    d.start()
+    y = torch.tanh(x)
+    z = torch.exp(y)                      # y's hook: tanh's backward input and exp's backward output
+    (hook,) = [h for h in d.recorder._slots.values() if len(h.places) == 2]
+    assert type(hook).__name__ == "GradHook"
+    tanh_backward = hook.places[0][0]
+    assert tanh_backward.name == "Torch.tanh.0.backward"
+    tanh_backward.n_out = "not a number"  # its record cannot be made
+    z.sum().backward()
+    d.stop()
+    d.step()
+    reference = torch.linspace(-2.0, 2.0, 6).requires_grad_(True)
+    torch.exp(torch.tanh(reference)).sum().backward()
+    assert torch.equal(x.grad, reference.grad)
+    assert len(errors) == 1 and "backward hook of Torch.tanh.0.backward" in errors[0], errors
+    dump = data(tmp_path)
+    assert "Torch.tanh.0.backward" not in dump
+    assert_stats(dump["Torch.exp.0.backward"]["output"][0], torch.exp(torch.tanh(reference.detach())))
+
+
 # -- the C handler (pytorch/_fast_capture.c): calls recorded in C as the Python route records them -----------------
 class _Listed(list):
     pass

@@ -65,7 +65,7 @@ typedef struct {
 static PyObject *S_forward_on, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
     *S_optimizer, *S_input_args, *S_input_kwargs, *S_output, *S_enter, *S_exit, *S_site, *S_what,
     *S_site_begin, *S_site_end, *S_name, *S_bwd_name, *S_requires_grad, *S_version, *S_backward_hooks,
-    *S_grad_fn, *S_register_hook_dict, *S_n_out, *S_input, *EMPTY, *ZERO;
+    *S_grad_fn, *S_register_hook_dict, *S_n_out, *S_input, *S_step_open, *S_data, *S_site_hook, *EMPTY, *ZERO;
 
 /* The Python method with the same arguments, `self` in front. */
 static PyObject *call_twin(Handler *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
@@ -327,6 +327,53 @@ static int on_grad(Handler *h, PyObject *t, PyObject *fn) {
     return rc;
 }
 
+/* -- the gradient hook: _GradSlot and BackwardCall.fill in C -------------------------------------------------- */
+
+/* One tensor's gradient hook (core/calls.py _GradSlot, made by this route): when the gradient arrives, it fills
+   each place the tensor holds this step, as (BackwardCall, key, index). `places`, `tensor` (a weak reference)
+   and `version` are read and extended by CallRecorder._hook as a _GradSlot's are. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *places, *tensor, *version;
+    Handler *handler;
+} GradHook;
+
+static PyTypeObject GradHookType;
+
+static PyObject *grad_hook_new(Handler *h, PyObject *places) {
+    GradHook *g = PyObject_GC_New(GradHook, &GradHookType);
+    if (g == NULL)
+        return NULL;
+    Py_INCREF(places);
+    g->places = places;
+    Py_INCREF(Py_None);
+    g->tensor = Py_None;
+    Py_INCREF(Py_None);
+    g->version = Py_None;
+    Py_INCREF(h);
+    g->handler = h;
+    PyObject_GC_Track(g);
+    return (PyObject *)g;
+}
+
+/* The places, weak reference and version of a hook this step (a GradHook, or a _GradSlot of the Python
+   route), borrowed: 1, or 0 for another kind of object. */
+static int slot_view(Handler *h, PyObject *slot, PyObject **places, PyObject **weak, PyObject **version) {
+    if (Py_TYPE(slot) == &GradHookType) {
+        GradHook *g = (GradHook *)slot;
+        *places = g->places;
+        *weak = g->tensor;
+        *version = g->version;
+        return 1;
+    }
+    if (Py_TYPE(slot) != h->grad_slot_slots.type)
+        return 0;
+    *places = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[0]);
+    *weak = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[1]);
+    *version = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[2]);
+    return *places != NULL && *weak != NULL && *version != NULL;
+}
+
 /* CallRecorder._hook(backward, tensors, key). */
 static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tensors); i++) {
@@ -349,19 +396,16 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
         PyObject *id = place ? PyLong_FromVoidPtr(t) : NULL;
         PyObject *slot = id ? PyDict_GetItemWithError(h->grad_slots, id) : NULL; /* borrowed */
         int rc = id == NULL || (slot == NULL && PyErr_Occurred()) ? -1 : 0;
-        if (rc == 0 && slot != NULL && version != NULL) { /* hooked already this step, and unchanged since? */
+        PyObject *places, *weak, *seen;
+        if (rc == 0 && slot != NULL && version != NULL && slot_view(h, slot, &places, &weak, &seen)) {
+            /* hooked already this step: the same tensor, unchanged since (the same autograd node)? */
             Py_INCREF(slot);
-            PyObject *seen = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[2]);
-            PyObject *weak = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[1]);
-            int same = Py_TYPE(slot) == h->grad_slot_slots.type && seen != NULL && weak != NULL &&
-                               PyWeakref_CheckRef(weak)
-                           ? PyObject_RichCompareBool(seen, version, Py_EQ)
-                           : 0;
-            if (same > 0 && PyWeakref_GET_OBJECT(weak) == t) {
-                PyObject *places = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[0]);
-                rc = places != NULL && PyList_Check(places) ? PyList_Append(places, place) : -1;
+            int same = PyWeakref_CheckRef(weak) ? PyObject_RichCompareBool(seen, version, Py_EQ) : 0;
+            if (same > 0 && slot_view(h, slot, &places, &weak, &seen) && PyWeakref_CheckRef(weak) &&
+                PyWeakref_GET_OBJECT(weak) == t) {
+                rc = PyList_Check(places) ? PyList_Append(places, place) : -1;
                 if (rc < 0 && !PyErr_Occurred())
-                    PyErr_SetString(PyExc_TypeError, "_GradSlot.places: expected a list");
+                    PyErr_SetString(PyExc_TypeError, "a gradient hook's places: expected a list");
                 Py_DECREF(slot);
                 Py_DECREF(id);
                 Py_DECREF(place);
@@ -376,29 +420,27 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
         }
         PyObject *fresh = NULL;
         if (rc == 0) {
-            PyObject *places = PyList_New(1);
-            if (places != NULL) {
+            PyObject *list = PyList_New(1);
+            if (list != NULL) {
                 Py_INCREF(place);
-                PyList_SET_ITEM(places, 0, place);
-                PyObject *parts[] = {places, Py_None, Py_None};
-                fresh = slots_new(&h->grad_slot_slots, parts);
-                Py_DECREF(places);
+                PyList_SET_ITEM(list, 0, place);
+                fresh = grad_hook_new(h, list);
+                Py_DECREF(list);
             }
             rc = fresh == NULL || on_grad(h, t, fresh) < 0 ? -1 : 0;
         }
         if (rc == 0 && version != NULL) {
-            PyObject *weak = PyWeakref_NewRef(t, NULL);
-            if (weak == NULL) {
+            PyObject *weakref = PyWeakref_NewRef(t, NULL);
+            if (weakref == NULL) {
                 if (PyErr_ExceptionMatches(PyExc_TypeError)) /* no weak references: one hook per place */
                     PyErr_Clear();
                 else
                     rc = -1;
             } else {
-                PyObject **at = (PyObject **)((char *)fresh + h->grad_slot_slots.offsets[1]);
-                Py_SETREF(*at, weak);
-                at = (PyObject **)((char *)fresh + h->grad_slot_slots.offsets[2]);
+                GradHook *g = (GradHook *)fresh;
+                Py_SETREF(g->tensor, weakref);
                 Py_INCREF(version);
-                Py_SETREF(*at, version);
+                Py_SETREF(g->version, version);
                 rc = PyDict_SetItem(h->grad_slots, id, fresh);
             }
         }
@@ -411,6 +453,180 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
     }
     return 0;
 }
+
+/* BackwardCall.fill(key, index, grad) for a BackwardCall of this route's kind (no tensor saved): the record
+   appears with the first gradient; each gradient's summary goes into its place. Anything else: its own fill. */
+static int fill(Handler *h, PyObject *backward, PyObject *key, PyObject *index, PyObject *grad) {
+    const slots_t *b = &h->backward_slots; /* name, recorder, record, n_in, n_out, parent, save_as, abandoned */
+#define FIELD(i) (*(PyObject **)((char *)backward + b->offsets[i]))
+    int ours = Py_TYPE(backward) == b->type && PyLong_CheckExact(index);
+    for (int i = 0; ours && i < 8; i++)
+        ours = FIELD(i) != NULL;
+    if (!ours || FIELD(6) != Py_None) {
+        PyObject *done = PyObject_CallMethod(backward, "fill", "OOO", key, index, grad);
+        Py_XDECREF(done);
+        return done == NULL ? -1 : 0;
+    }
+    PyObject *open = PyObject_GetAttr(h->session, S_step_open);
+    int on = open ? PyObject_IsTrue(open) : -1;
+    Py_XDECREF(open);
+    if (on <= 0 || grad == Py_None)
+        return on < 0 ? -1 : 0;
+    int abandoned = PyObject_IsTrue(FIELD(7));
+    if (abandoned != 0)
+        return abandoned < 0 ? -1 : 0;
+    PyObject *record = FIELD(2);
+    Py_INCREF(record);
+    if (record == Py_None) {
+        Py_DECREF(record);
+        PyObject *name = FIELD(0), *parent = FIELD(5), *data = PyDict_New(), *records = NULL, *construct = NULL;
+        int rc = data == NULL ? -1 : 0;
+        for (int part = 0; rc == 0 && part < 2; part++) {
+            if (!(part == 0 ? h->inputs : h->outputs))
+                continue;
+            Py_ssize_t n = PyLong_AsSsize_t(FIELD(part == 0 ? 4 : 3)); /* n_out for "input", n_in for "output" */
+            PyObject *nones = n < 0 ? NULL : PyList_New(n);
+            for (Py_ssize_t j = 0; nones != NULL && j < n; j++) {
+                Py_INCREF(Py_None);
+                PyList_SET_ITEM(nones, j, Py_None);
+            }
+            rc = set_item_new(data, part == 0 ? S_input : S_output, nones);
+        }
+        PyObject *parts[] = {name, data};
+        record = rc < 0 ? NULL : h->record_slots.type != NULL ? slots_new(&h->record_slots, parts)
+                                                              : PyObject_Vectorcall(h->record_type, parts, 2, NULL);
+        Py_XDECREF(data);
+        if (record == NULL || (records = step_dict(h, S_records)) == NULL || PyDict_SetItem(records, name, record) < 0 ||
+            PyObject_SetAttr(h->session, S_dirty, Py_True) < 0)
+            rc = -1;
+        Py_XDECREF(records);
+        if (rc == 0) {
+            Py_INCREF(record);
+            Py_SETREF(FIELD(2), record);
+        }
+        if (rc == 0 && h->file_new != Py_None && /* stacks kept: recorder.extra, the parent too */
+            ((construct = step_dict(h, S_construct)) == NULL || PyDict_SetItem(construct, name, parent) < 0))
+            rc = -1;
+        Py_XDECREF(construct);
+        if (rc < 0) {
+            Py_XDECREF(record);
+            return -1;
+        }
+    }
+#undef FIELD
+    PyObject *data = PyObject_GetAttr(record, S_data);
+    Py_DECREF(record);
+    PyObject *slots = data == NULL ? NULL : PyDict_CheckExact(data) ? PyDict_GetItemWithError(data, key)
+                                                                   : PyObject_CallMethod(data, "get", "O", key);
+    if (slots != NULL && PyDict_CheckExact(data))
+        Py_INCREF(slots);
+    Py_XDECREF(data);
+    if (slots == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_ssize_t at = PyLong_AsSsize_t(index), size = slots == Py_None ? 0 : PyObject_Size(slots);
+    int rc = (at == -1 || size < 0) && PyErr_Occurred() ? -1 : 0;
+    if (rc == 0 && slots != Py_None && at < size) {
+        PyObject *quiet = quiet_on(h);
+        PyObject *summary = quiet ? PyObject_CallOneArg(h->encode, grad) : NULL; /* Summarizer.summarize */
+        if (quiet != NULL && quiet_off(quiet) < 0)
+            Py_CLEAR(summary);
+        rc = summary == NULL || PyObject_SetItem(slots, index, summary) < 0 ||
+                     PyObject_SetAttr(h->session, S_dirty, Py_True) < 0 ? -1 : 0;
+        Py_XDECREF(summary);
+    }
+    Py_DECREF(slots);
+    return rc;
+}
+
+/* _GradSlot.__call__(grad): each place filled; a failure is reported and the next place goes on. */
+static PyObject *GradHook_call(GradHook *g, PyObject *args, PyObject *kwargs) {
+    PyObject *grad;
+    if (!PyArg_ParseTuple(args, "O:gradient hook", &grad))
+        return NULL;
+    Handler *h = g->handler;
+    PyObject *places = PySequence_Fast(g->places, "a gradient hook's places: expected a list");
+    if (places == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(places); i++) {
+        PyObject *place = PySequence_Fast_GET_ITEM(places, i);
+        int rc = PyTuple_CheckExact(place) && PyTuple_GET_SIZE(place) == 3
+                     ? fill(h, PyTuple_GET_ITEM(place, 0), PyTuple_GET_ITEM(place, 1), PyTuple_GET_ITEM(place, 2), grad)
+                     : (PyErr_SetString(PyExc_TypeError, "a gradient hook's place: expected (backward, key, index)"), -1);
+        if (rc == 0)
+            continue;
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            Py_DECREF(places);
+            return NULL; /* KeyboardInterrupt, SystemExit: the user's */
+        }
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (tb != NULL && value != NULL)
+            PyException_SetTraceback(value, tb);
+        PyObject *name = PyTuple_Check(place) && PyTuple_GET_SIZE(place) > 0
+                             ? PyObject_GetAttr(PyTuple_GET_ITEM(place, 0), S_name) : NULL;
+        if (name == NULL)
+            PyErr_Clear();
+        PyObject *what = PyUnicode_FromFormat("backward hook of %S", name ? name : Py_None);
+        Py_XDECREF(name);
+        PyObject *names = PyTuple_Pack(1, S_site);
+        PyObject *report[] = {what, value ? value : Py_None, S_site_hook};
+        PyObject *done = what && names ? PyObject_Vectorcall(h->report, report, 2, names) : NULL;
+        Py_XDECREF(names);
+        Py_XDECREF(what);
+        Py_XDECREF(done);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        if (done == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) {
+            Py_DECREF(places);
+            return NULL;
+        }
+        PyErr_Clear();
+    }
+    Py_DECREF(places);
+    Py_RETURN_NONE;
+}
+
+static int GradHook_traverse(GradHook *g, visitproc visit, void *arg) {
+    Py_VISIT(g->places);
+    Py_VISIT(g->tensor);
+    Py_VISIT(g->version);
+    Py_VISIT(g->handler);
+    return 0;
+}
+
+static int GradHook_clear(GradHook *g) {
+    Py_CLEAR(g->places);
+    Py_CLEAR(g->tensor);
+    Py_CLEAR(g->version);
+    Py_CLEAR(g->handler);
+    return 0;
+}
+
+static void GradHook_dealloc(GradHook *g) {
+    PyObject_GC_UnTrack(g);
+    GradHook_clear(g);
+    PyObject_GC_Del(g);
+}
+
+static PyMemberDef GRAD_HOOK_MEMBERS[] = {
+    {"places", T_OBJECT, offsetof(GradHook, places), 0, "(BackwardCall, key, index) for each place the tensor holds."},
+    {"tensor", T_OBJECT, offsetof(GradHook, tensor), 0, "A weak reference to the hooked tensor, or None."},
+    {"version", T_OBJECT, offsetof(GradHook, version), 0, "The tensor's version when it was hooked, or None."},
+    {NULL, 0, 0, 0, NULL}};
+
+static PyTypeObject GradHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe_lite.pytorch._fast_capture.GradHook",
+    .tp_basicsize = sizeof(GradHook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A tensor's gradient hook made by the C handler: core.calls._GradSlot in C (see the module).",
+    .tp_call = (ternaryfunc)GradHook_call,
+    .tp_members = GRAD_HOOK_MEMBERS,
+    .tp_traverse = (traverseproc)GradHook_traverse,
+    .tp_clear = (inquiry)GradHook_clear,
+    .tp_dealloc = (destructor)GradHook_dealloc,
+};
 
 /* CallRecorder._backward(call): its BackwardCall (save_as None: this route runs only when no tensor is saved). */
 static PyObject *backward_of(Handler *h, PyObject *call) {
@@ -862,9 +1078,12 @@ PyMODINIT_FUNC PyInit__fast_capture(void) {
     INTERN(S_register_hook_dict, "_register_hook_dict");
     INTERN(S_n_out, "n_out");
     INTERN(S_input, "input");
+    INTERN(S_step_open, "step_open");
+    INTERN(S_data, "data");
+    INTERN(S_site_hook, "backward hook");
     if ((ZERO = PyLong_FromLong(0)) == NULL)
         return NULL;
-    if ((EMPTY = PyTuple_New(0)) == NULL || PyType_Ready(&HandlerType) < 0)
+    if ((EMPTY = PyTuple_New(0)) == NULL || PyType_Ready(&HandlerType) < 0 || PyType_Ready(&GradHookType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&MODULE);
     if (module == NULL)
