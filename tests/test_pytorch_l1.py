@@ -166,6 +166,40 @@ def test_l1_construct_is_empty_and_stacks_point_at_user_lines(tmp_path):
     assert "in program, \n torch.exp(x)" in frames[0]
 
 
+def test_stacks_of_a_generator_resumed_from_two_places_and_of_nested_calls(tmp_path):
+    """A generator's frame runs again later from other callers: its calls get the stack of where it was
+    resumed each time (a walk that remembered a frame's callers while it runs would get this wrong). Calls
+    of one frame from different lines, and of the function it calls, each get their own stack."""
+    x = torch.randn(3)
+
+    def values():
+        while True:
+            yield torch.tanh(x)
+
+    def inner():
+        return torch.sin(x)
+
+    def program():
+        made = values()
+        first = next(made)   # resumed here,
+        second = next(made)  # then here,
+        third = next(made)   # and here (the walk knows every frame's code by now)
+        torch.exp(first)
+        inner()
+        torch.exp(second)
+        inner()
+
+    _, folder = dump_of(tmp_path, program)
+    frames = {name: entry[1] for entry in load(folder, name="stack.json").values() for name in entry[0]}
+    assert "first = next(made)" in frames["Torch.tanh.0.forward"][1]
+    assert "second = next(made)" in frames["Torch.tanh.1.forward"][1]
+    assert "third = next(made)" in frames["Torch.tanh.2.forward"][1]
+    assert "torch.exp(first)" in frames["Torch.exp.0.forward"][0]
+    assert "torch.exp(second)" in frames["Torch.exp.1.forward"][0]
+    assert "torch.sin(x)" in frames["Torch.sin.0.forward"][0] and "inner()" in frames["Torch.sin.0.forward"][1]
+    assert frames["Torch.sin.0.forward"][1] != frames["Torch.sin.1.forward"][1]  # called from two lines
+
+
 def test_calls_on_one_line_share_one_stack_and_each_line_has_its_own(tmp_path):
     x = torch.randn(3)
 
