@@ -755,6 +755,18 @@ def test_record_text_of_other_record_classes_and_many_summaries(record_lines):
     with pytest.raises(AttributeError):
         record_lines([Record("r", {"output": [unset]})])
 
+    class Big:
+        __slots__ = ("a", "b", "c", "d")
+
+    class Lookalike:  # two slots like Record, but its name and data are another class's descriptors
+        __slots__ = ("x", "y")
+        name, data = Big.c, Big.d
+
+    odd = Lookalike()
+    odd.x = odd.y = 1
+    with pytest.raises(TypeError):  # as Python says: the descriptor does not apply to this object
+        record_lines([odd])
+
 
 def _doubles_hard_to_print(rnd) -> list:
     """Finite doubles from every corner of the format: random bit patterns (every exponent), float32 values

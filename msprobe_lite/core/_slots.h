@@ -43,10 +43,14 @@ static inline int slots_find(slots_t *s, PyObject *cls, const char *const *names
             PyErr_Clear();
             return 0;
         }
-        int usable = Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+        /* a slot of this class itself (a class attribute may be another class's descriptor), inside its size */
+        int usable = Py_IS_TYPE(d, &PyMemberDescr_Type) && PyDescr_TYPE(d) == type &&
                      ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX &&
                      !(((PyMemberDescrObject *)d)->d_member->flags & READONLY);
-        s->offsets[i] = usable ? ((PyMemberDescrObject *)d)->d_member->offset : 0;
+        Py_ssize_t offset = usable ? ((PyMemberDescrObject *)d)->d_member->offset : 0;
+        usable = usable && offset >= PyBaseObject_Type.tp_basicsize &&
+                 offset + (Py_ssize_t)sizeof(PyObject *) <= type->tp_basicsize;
+        s->offsets[i] = offset;
         Py_DECREF(d);
         for (int j = 0; usable && j < i; j++)
             usable = s->offsets[j] != s->offsets[i]; /* a name listed twice would leave a slot unset */
