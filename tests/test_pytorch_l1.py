@@ -454,6 +454,101 @@ def test_a_failing_gradient_place_is_reported_and_the_others_are_filled(tmp_path
     assert_stats(dump["Torch.exp.0.backward"]["output"][0], torch.exp(torch.tanh(reference.detach())))
 
 
+@pytest.mark.parametrize("route", ["C", "Python"])
+def test_the_users_mode_and_tensor_subclass_see_only_the_users_calls(tmp_path, monkeypatch, route):
+    """The debugger reads tensors (shape, dtype, memory, version, gradient hooks) for every captured call. A
+    TorchFunctionMode of the user's, below the debugger's, and a tensor subclass with its own
+    __torch_function__ see the same calls with the debugger as without it, and the numbers are the same."""
+    from torch.overrides import TorchFunctionMode
+
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+
+    seen = []
+
+    class Watching(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(("mode", getattr(func, "__name__", str(func))))
+            return func(*args, **(kwargs or {}))
+
+    class Tagged(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            seen.append(("subclass", getattr(func, "__name__", str(func))))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(4, 5, generator=g)
+    weight = torch.randn(3, 5, generator=g).requires_grad_(True)
+
+    def program():
+        tagged = base.as_subclass(Tagged)
+        y = F.linear(torch.tanh(base), weight) * 2
+        z = (tagged + 1).sum()
+        y.sum().backward()
+        return y.detach().clone(), z.detach().clone()
+
+    runs = []
+    for debugged in (False, True):
+        seen.clear()
+        weight.grad = None
+        with Watching():
+            if debugged:
+                d = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+                d.start()
+            out = program()
+            if debugged:
+                d.stop()
+                d.step()
+        runs.append((list(seen), out, weight.grad.clone()))
+    (seen_off, out_off, grad_off), (seen_on, out_on, grad_on) = runs
+    assert seen_on == seen_off
+    assert all(torch.equal(a, b) for a, b in zip(out_on + (grad_on,), out_off + (grad_off,)))
+    dump = data(tmp_path)
+    assert "Torch.tanh.0.forward" in dump and "Functional.linear.0.backward" in dump
+
+
+def test_a_gradient_hooks_fields_stay_and_its_places_may_change_while_it_runs(tmp_path, monkeypatch):
+    """A GradHook's fields cannot be deleted (the C walk reads them); Python code run while it fills its
+    places (here a session attribute that empties every hook's places, then fails) neither crashes it nor
+    stops training: the failure is reported."""
+    import gc
+
+    from msprobe_lite.core import safety
+
+    monkeypatch.setattr(safety, "_seen", {})
+    errors = []
+    monkeypatch.setattr(safety.log, "error", lambda msg, *a: errors.append(msg % a))
+    d = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    x = torch.linspace(-1.0, 1.0, 4).requires_grad_(True)
+    d.start()
+    y = torch.exp(x)
+    hook = next(iter(x._backward_hooks.values()))
+    assert type(hook).__name__ == "GradHook"
+    for field in ("places", "tensor", "version"):
+        with pytest.raises(AttributeError):
+            delattr(hook, field)
+    session = d.session
+
+    class Meddling(type(session)):
+        @property
+        def step_open(self):
+            for o in gc.get_objects():
+                if type(o).__name__ == "GradHook":
+                    o.places.clear()
+            raise ValueError("after clearing")
+
+    monkeypatch.setattr(session, "__class__", Meddling)
+    y.sum().backward()
+    session.__class__ = Meddling.__mro__[1]
+    d.stop()
+    d.step()
+    assert torch.equal(x.grad, torch.exp(torch.linspace(-1.0, 1.0, 4)))
+    assert errors and "ValueError: after clearing" in errors[0]
+
+
 # -- the C handler (pytorch/_fast_capture.c): calls recorded in C as the Python route records them -----------------
 class _Listed(list):
     pass

@@ -124,6 +124,7 @@ class CallRecorder:
         self._may_get_grad = framework.may_get_grad
         self._version = summarizer.version
         self._seal = summarizer.seal
+        self._quiet = summarizer.quiet
 
     def begin(self, name: str, bwd_name: str, args, kwargs, parent, bwd_parent, params=None) -> Call:
         session, filtered = self.session, self.filtered
@@ -143,7 +144,8 @@ class CallRecorder:
                 session.construct[name] = parent  # session.set_parent, inline: this runs for every call
                 session.stacks.file(name, sys._getframe())  # the debugger's own frames are not in stacks
         if self.recording_gradients() and (not filtered or session.filter.wants(bwd_name)):
-            self.gradients_before(call, bwd_name, bwd_parent, args, kwargs)
+            with self._quiet():  # reading tensors and hooking them is the debugger's, not the user's
+                self.gradients_before(call, bwd_name, bwd_parent, args, kwargs)
         return call
 
     # The gradient half of a call, for begin()/end() and for the C API handler (pytorch/_fast_capture.c).
@@ -213,7 +215,8 @@ class CallRecorder:
                 if self._seal is not None:
                     self._seal(record)
         if call.bwd_name is not None:
-            self.gradients_after(call, output)
+            with self._quiet():
+                self.gradients_after(call, output)
         if self.filtered:
             self.session.filter.on_end(call.name)
 

@@ -55,6 +55,8 @@ typedef struct {
     PyObject *on_grad;     /* TorchFramework.on_grad, for other tensor types */
     slots_t call_slots, backward_slots, grad_slot_slots, handle_slots;
     int max_depth;         /* values.MAX_DEPTH */
+    PyObject *bare;        /* the encoder's bare(value) (bind_quiet), or NULL: always inside quiet */
+    PyObject *mode_count;  /* torch._C._len_torch_function_stack */
     char grads_in_c;       /* bind_gradients succeeded */
     char fast;             /* bound, and this run's captured calls may be recorded here */
     char in_optimizer;     /* set by the optimizer's step hooks (mix level) */
@@ -139,6 +141,34 @@ static int quiet_off(PyObject *quiet) {
     Py_DECREF(left);
     PyErr_Restore(type, exc, tb);
     return type == NULL ? 0 : -1;
+}
+
+/* Whether the debugger's own reads of tensors must be made inside quiet: 1 when a torch-function mode is
+   active (one of the user's, below the debugger's: PyTorch takes the debugger's own off its stack while its
+   __torch_function__ runs, so the stack is empty in the usual case), 0 when none is and bare() may encode
+   (plain tensors then dispatch to nothing; bare() quiets the Python routes itself), -1 on error. Entering
+   quiet costs more than the rest of a small captured call's bookkeeping together. */
+static int modes_on(Handler *h) {
+    if (h->bare == NULL || h->mode_count == NULL)
+        return 1;
+    PyObject *n = PyObject_CallNoArgs(h->mode_count);
+    if (n == NULL)
+        return -1;
+    long count = PyLong_AsLong(n);
+    Py_DECREF(n);
+    if (count == -1 && PyErr_Occurred())
+        return -1;
+    return count != 0;
+}
+
+/* 1 when every tensor of `tensors` is of a plain tensor type (no __torch_function__ of its own), 0 if not. */
+static int all_plain(Handler *h, PyObject *tensors) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tensors); i++) {
+        int plain = PySequence_Contains(h->plain, (PyObject *)Py_TYPE(PyList_GET_ITEM(tensors, i)));
+        if (plain <= 0)
+            return plain;
+    }
+    return 1;
 }
 
 /* hasattr(v, name): 1 or 0, -1 with an exception other than AttributeError set (hasattr lets it through). */
@@ -364,7 +394,7 @@ static int slot_view(Handler *h, PyObject *slot, PyObject **places, PyObject **w
         *places = g->places;
         *weak = g->tensor;
         *version = g->version;
-        return 1;
+        return *places != NULL && *weak != NULL && *version != NULL; /* cleared by the collector: not usable */
     }
     if (Py_TYPE(slot) != h->grad_slot_slots.type)
         return 0;
@@ -458,11 +488,7 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
    appears with the first gradient; each gradient's summary goes into its place. Anything else: its own fill. */
 static int fill(Handler *h, PyObject *backward, PyObject *key, PyObject *index, PyObject *grad) {
     const slots_t *b = &h->backward_slots; /* name, recorder, record, n_in, n_out, parent, save_as, abandoned */
-#define FIELD(i) (*(PyObject **)((char *)backward + b->offsets[i]))
-    int ours = Py_TYPE(backward) == b->type && PyLong_CheckExact(index);
-    for (int i = 0; ours && i < 8; i++)
-        ours = FIELD(i) != NULL;
-    if (!ours || FIELD(6) != Py_None) {
+    if (Py_TYPE(backward) != b->type || !PyLong_CheckExact(index)) {
         PyObject *done = PyObject_CallMethod(backward, "fill", "OOO", key, index, grad);
         Py_XDECREF(done);
         return done == NULL ? -1 : 0;
@@ -472,20 +498,31 @@ static int fill(Handler *h, PyObject *backward, PyObject *key, PyObject *index, 
     Py_XDECREF(open);
     if (on <= 0 || grad == Py_None)
         return on < 0 ? -1 : 0;
-    int abandoned = PyObject_IsTrue(FIELD(7));
-    if (abandoned != 0)
-        return abandoned < 0 ? -1 : 0;
-    PyObject *record = FIELD(2);
-    Py_INCREF(record);
-    if (record == Py_None) {
-        Py_DECREF(record);
-        PyObject *name = FIELD(0), *parent = FIELD(5), *data = PyDict_New(), *records = NULL, *construct = NULL;
-        int rc = data == NULL ? -1 : 0;
+    PyObject *field[8]; /* held from here on: Python code runs below */
+    int ours = 1;
+    for (int i = 0; i < 8; i++)
+        ours &= (field[i] = *(PyObject **)((char *)backward + b->offsets[i])) != NULL;
+    if (!ours || field[6] != Py_None) { /* a slot deleted, or tensors saved: its own fill */
+        PyObject *done = PyObject_CallMethod(backward, "fill", "OOO", key, index, grad);
+        Py_XDECREF(done);
+        return done == NULL ? -1 : 0;
+    }
+    for (int i = 0; i < 8; i++)
+        Py_INCREF(field[i]);
+    PyObject *record = NULL, *slots = NULL;
+    int rc = PyObject_IsTrue(field[7]); /* abandoned */
+    if (rc == 0 && field[2] == Py_None) { /* the record appears with the first gradient */
+        PyObject *name = field[0], *parent = field[5], *data = PyDict_New(), *records = NULL, *construct = NULL;
+        rc = data == NULL ? -1 : 0;
         for (int part = 0; rc == 0 && part < 2; part++) {
             if (!(part == 0 ? h->inputs : h->outputs))
                 continue;
-            Py_ssize_t n = PyLong_AsSsize_t(FIELD(part == 0 ? 4 : 3)); /* n_out for "input", n_in for "output" */
-            PyObject *nones = n < 0 ? NULL : PyList_New(n);
+            Py_ssize_t n = PyLong_AsSsize_t(field[part == 0 ? 4 : 3]); /* n_out for "input", n_in for "output" */
+            if (n == -1 && PyErr_Occurred()) {
+                rc = -1;
+                break;
+            }
+            PyObject *nones = PyList_New(n < 0 ? 0 : n); /* [None] * n */
             for (Py_ssize_t j = 0; nones != NULL && j < n; j++) {
                 Py_INCREF(Py_None);
                 PyList_SET_ITEM(nones, j, Py_None);
@@ -501,41 +538,47 @@ static int fill(Handler *h, PyObject *backward, PyObject *key, PyObject *index, 
             rc = -1;
         Py_XDECREF(records);
         if (rc == 0) {
+            PyObject **at = (PyObject **)((char *)backward + b->offsets[2]);
             Py_INCREF(record);
-            Py_SETREF(FIELD(2), record);
+            Py_XSETREF(*at, record);
         }
         if (rc == 0 && h->file_new != Py_None && /* stacks kept: recorder.extra, the parent too */
             ((construct = step_dict(h, S_construct)) == NULL || PyDict_SetItem(construct, name, parent) < 0))
             rc = -1;
         Py_XDECREF(construct);
-        if (rc < 0) {
-            Py_XDECREF(record);
-            return -1;
+    } else if (rc == 0) {
+        record = field[2];
+        Py_INCREF(record);
+    }
+    if (rc == 0) { /* record.data.get(key) */
+        PyObject *data = PyObject_GetAttr(record, S_data);
+        slots = data == NULL ? NULL : PyDict_CheckExact(data) ? PyDict_GetItemWithError(data, key)
+                                                             : PyObject_CallMethod(data, "get", "O", key);
+        if (slots != NULL && PyDict_CheckExact(data))
+            Py_INCREF(slots);
+        Py_XDECREF(data);
+        if (slots == NULL && PyErr_Occurred())
+            rc = -1;
+    }
+    if (rc == 0 && slots != NULL && slots != Py_None) {
+        Py_ssize_t at = PyLong_AsSsize_t(index), size = PyObject_Size(slots);
+        if ((at == -1 || size < 0) && PyErr_Occurred())
+            rc = -1;
+        else if (at < size) {
+            PyObject *quiet = quiet_on(h);
+            PyObject *summary = quiet ? PyObject_CallOneArg(h->encode, grad) : NULL; /* Summarizer.summarize */
+            if (quiet != NULL && quiet_off(quiet) < 0)
+                Py_CLEAR(summary);
+            rc = summary == NULL || PyObject_SetItem(slots, index, summary) < 0 ||
+                         PyObject_SetAttr(h->session, S_dirty, Py_True) < 0 ? -1 : 0;
+            Py_XDECREF(summary);
         }
     }
-#undef FIELD
-    PyObject *data = PyObject_GetAttr(record, S_data);
-    Py_DECREF(record);
-    PyObject *slots = data == NULL ? NULL : PyDict_CheckExact(data) ? PyDict_GetItemWithError(data, key)
-                                                                   : PyObject_CallMethod(data, "get", "O", key);
-    if (slots != NULL && PyDict_CheckExact(data))
-        Py_INCREF(slots);
-    Py_XDECREF(data);
-    if (slots == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    Py_ssize_t at = PyLong_AsSsize_t(index), size = slots == Py_None ? 0 : PyObject_Size(slots);
-    int rc = (at == -1 || size < 0) && PyErr_Occurred() ? -1 : 0;
-    if (rc == 0 && slots != Py_None && at < size) {
-        PyObject *quiet = quiet_on(h);
-        PyObject *summary = quiet ? PyObject_CallOneArg(h->encode, grad) : NULL; /* Summarizer.summarize */
-        if (quiet != NULL && quiet_off(quiet) < 0)
-            Py_CLEAR(summary);
-        rc = summary == NULL || PyObject_SetItem(slots, index, summary) < 0 ||
-                     PyObject_SetAttr(h->session, S_dirty, Py_True) < 0 ? -1 : 0;
-        Py_XDECREF(summary);
-    }
-    Py_DECREF(slots);
-    return rc;
+    Py_XDECREF(slots);
+    Py_XDECREF(record);
+    for (int i = 0; i < 8; i++)
+        Py_DECREF(field[i]);
+    return rc < 0 ? -1 : 0;
 }
 
 /* _GradSlot.__call__(grad): each place filled; a failure is reported and the next place goes on. */
@@ -544,18 +587,28 @@ static PyObject *GradHook_call(GradHook *g, PyObject *args, PyObject *kwargs) {
     if (!PyArg_ParseTuple(args, "O:gradient hook", &grad))
         return NULL;
     Handler *h = g->handler;
+    if (h == NULL || g->places == NULL) /* cleared by the collector */
+        Py_RETURN_NONE;
+    Py_INCREF(h);
     PyObject *places = PySequence_Fast(g->places, "a gradient hook's places: expected a list");
-    if (places == NULL)
+    if (places == NULL) {
+        Py_DECREF(h);
         return NULL;
+    }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(places); i++) {
         PyObject *place = PySequence_Fast_GET_ITEM(places, i);
+        Py_INCREF(place); /* the list is the hook's own: Python code run by fill() may change it */
         int rc = PyTuple_CheckExact(place) && PyTuple_GET_SIZE(place) == 3
                      ? fill(h, PyTuple_GET_ITEM(place, 0), PyTuple_GET_ITEM(place, 1), PyTuple_GET_ITEM(place, 2), grad)
                      : (PyErr_SetString(PyExc_TypeError, "a gradient hook's place: expected (backward, key, index)"), -1);
-        if (rc == 0)
+        if (rc == 0) {
+            Py_DECREF(place);
             continue;
+        }
         if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            Py_DECREF(place);
             Py_DECREF(places);
+            Py_DECREF(h);
             return NULL; /* KeyboardInterrupt, SystemExit: the user's */
         }
         PyObject *type, *value, *tb;
@@ -569,22 +622,25 @@ static PyObject *GradHook_call(GradHook *g, PyObject *args, PyObject *kwargs) {
             PyErr_Clear();
         PyObject *what = PyUnicode_FromFormat("backward hook of %S", name ? name : Py_None);
         Py_XDECREF(name);
+        Py_DECREF(place);
         PyObject *names = PyTuple_Pack(1, S_site);
         PyObject *report[] = {what, value ? value : Py_None, S_site_hook};
-        PyObject *done = what && names ? PyObject_Vectorcall(h->report, report, 2, names) : NULL;
+        PyObject *done = what && names && h->report ? PyObject_Vectorcall(h->report, report, 2, names) : NULL;
         Py_XDECREF(names);
         Py_XDECREF(what);
         Py_XDECREF(done);
         Py_XDECREF(type);
         Py_XDECREF(value);
         Py_XDECREF(tb);
-        if (done == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        if (done == NULL && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
             Py_DECREF(places);
+            Py_DECREF(h);
             return NULL;
         }
         PyErr_Clear();
     }
     Py_DECREF(places);
+    Py_DECREF(h);
     Py_RETURN_NONE;
 }
 
@@ -610,10 +666,11 @@ static void GradHook_dealloc(GradHook *g) {
     PyObject_GC_Del(g);
 }
 
-static PyMemberDef GRAD_HOOK_MEMBERS[] = {
-    {"places", T_OBJECT, offsetof(GradHook, places), 0, "(BackwardCall, key, index) for each place the tensor holds."},
-    {"tensor", T_OBJECT, offsetof(GradHook, tensor), 0, "A weak reference to the hooked tensor, or None."},
-    {"version", T_OBJECT, offsetof(GradHook, version), 0, "The tensor's version when it was hooked, or None."},
+static PyMemberDef GRAD_HOOK_MEMBERS[] = { /* read-only: CallRecorder._hook reads them, and appends to places */
+    {"places", T_OBJECT, offsetof(GradHook, places), READONLY,
+     "(BackwardCall, key, index) for each place the tensor holds."},
+    {"tensor", T_OBJECT, offsetof(GradHook, tensor), READONLY, "A weak reference to the hooked tensor, or None."},
+    {"version", T_OBJECT, offsetof(GradHook, version), READONLY, "The tensor's version when it was hooked, or None."},
     {NULL, 0, 0, 0, NULL}};
 
 static PyTypeObject GradHookType = {
@@ -647,16 +704,31 @@ static PyObject *backward_of(Handler *h, PyObject *call) {
     return backward;
 }
 
+/* Quiet entered when `tensors` are read outside quiet and one is not a plain tensor (its own
+   __torch_function__ must not see the debugger's reads): *quiet is then set; 0, or -1 on error. */
+static int quiet_for(Handler *h, PyObject *tensors, int quieted, PyObject **quiet) {
+    *quiet = NULL;
+    if (quieted)
+        return 0;
+    int plain = all_plain(h, tensors);
+    if (plain < 0)
+        return -1;
+    return plain || (*quiet = quiet_on(h)) != NULL ? 0 : -1;
+}
+
 /* CallRecorder.gradients_before: makes the Call (f->call) and hooks the call's inputs. 0 (nothing done) when
-   the arguments hold a container left to Python: the caller then goes the Python way. */
+   the arguments hold a container left to Python: the caller then goes the Python way. `quieted`: inside
+   quiet already. */
 static int grads_before(Handler *h, Flight *f, PyObject *bwd_name, PyObject *bwd_parent, PyObject *args,
-                        PyObject *kwargs) {
-    PyObject *inputs = PyList_New(0);
+                        PyObject *kwargs, int quieted) {
+    PyObject *inputs = PyList_New(0), *quiet = NULL;
     if (inputs == NULL)
         return -1;
     int rc = leaves(h, args, 1, inputs);
     if (rc == 1 && kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0)
         rc = leaves(h, kwargs, 1, inputs);
+    if (rc == 1 && quiet_for(h, inputs, quieted, &quiet) < 0)
+        rc = -1;
     if (rc == 1) {
         PyObject *n_in = PyLong_FromSsize_t(PyList_GET_SIZE(inputs));
         PyObject *parts[] = {f->name, Py_None, Py_None, Py_None, bwd_name, bwd_parent, n_in};
@@ -667,18 +739,22 @@ static int grads_before(Handler *h, Flight *f, PyObject *bwd_name, PyObject *bwd
         rc = wanted < 0 || (wanted > 0 && (backward == NULL || hook(h, backward, inputs, S_output) < 0)) ? -1 : 1;
         Py_XDECREF(backward);
     }
+    if (quiet != NULL && quiet_off(quiet) < 0)
+        rc = -1;
     Py_DECREF(inputs);
     return rc;
 }
 
 /* CallRecorder.gradients_after: hooks the outputs; 0 (nothing done) for an output left to Python. */
-static int grads_after(Handler *h, PyObject *call, PyObject *out) {
+static int grads_after(Handler *h, PyObject *call, PyObject *out, int quieted) {
     if (Py_TYPE(call) != h->call_slots.type)
         return 0;
-    PyObject *outputs = PyList_New(0);
+    PyObject *outputs = PyList_New(0), *quiet = NULL;
     if (outputs == NULL)
         return -1;
     int rc = leaves(h, out, 0, outputs);
+    if (rc == 1 && quiet_for(h, outputs, quieted, &quiet) < 0)
+        rc = -1;
     if (rc == 1) {
         PyObject *backward = *(PyObject **)((char *)call + h->call_slots.offsets[2]);
         Py_XINCREF(backward);
@@ -697,14 +773,27 @@ static int grads_after(Handler *h, PyObject *call, PyObject *out) {
         }
         Py_XDECREF(backward);
     }
+    if (quiet != NULL && quiet_off(quiet) < 0)
+        rc = -1;
     Py_DECREF(outputs);
     return rc;
+}
+
+/* `fn(*args)` inside quiet unless `quieted` (the Python methods' reads are the debugger's too). */
+static PyObject *call_quietly(Handler *h, PyObject *fn, PyObject *const *args, Py_ssize_t n, int quieted) {
+    PyObject *quiet = quieted ? NULL : quiet_on(h);
+    if (!quieted && quiet == NULL)
+        return NULL;
+    PyObject *out = PyObject_Vectorcall(fn, args, n, NULL);
+    if (quiet != NULL && quiet_off(quiet) < 0)
+        Py_CLEAR(out);
+    return out;
 }
 
 /* CallRecorder.begin_api + begin without filters, in their order (a failure midway leaves what the Python
    route would leave): counts the call, names it, makes its record with the inputs, sets its parent, files
    its stack, and with gradients recorded hooks its inputs (gradients_before). */
-static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, Flight *f) {
+static int begin_body(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, Flight *f, int quieted) {
     if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
         PyErr_SetString(PyExc_TypeError, "API table: expected (prefix, api) tuples");
         return -1;
@@ -741,15 +830,11 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
         goto fail;
     if (h->inputs) {
         PyObject *kw = kwargs != NULL ? (Py_INCREF(kwargs), kwargs) : PyDict_New();
-        PyObject *quiet = kw ? quiet_on(h) : NULL;
-        if (quiet == NULL) {
-            Py_XDECREF(kw);
-            goto fail;
-        }
-        int done = set_item_new(f->data, S_input_args, PyObject_CallOneArg(h->encode, args)) == 0 &&
-                   set_item_new(f->data, S_input_kwargs, PyObject_CallOneArg(h->encode, kw)) == 0;
-        Py_DECREF(kw);
-        if (quiet_off(quiet) < 0 || !done)
+        PyObject *encode = quieted ? h->encode : h->bare;
+        int done = kw != NULL && set_item_new(f->data, S_input_args, PyObject_CallOneArg(encode, args)) == 0 &&
+                   set_item_new(f->data, S_input_kwargs, PyObject_CallOneArg(encode, kw)) == 0;
+        Py_XDECREF(kw);
+        if (!done)
             goto fail;
     }
     if (h->file_new != Py_None) {
@@ -782,11 +867,12 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
         goto fail;
     if (recording) {
         PyObject *bwd_name = call_name(prefix, api, n, ".backward");
-        int done = bwd_name == NULL ? -1 : h->grads_in_c ? grads_before(h, f, bwd_name, bwd_parent, args, kwargs) : 0;
+        int done = bwd_name == NULL ? -1
+                   : h->grads_in_c ? grads_before(h, f, bwd_name, bwd_parent, args, kwargs, quieted) : 0;
         if (done == 0) { /* the Python way */
             f->call = PyObject_CallOneArg(h->call_type, f->name);
             PyObject *before[] = {f->call, bwd_name, bwd_parent, args, kwargs ? kwargs : Py_None};
-            PyObject *hooked = f->call ? PyObject_Vectorcall(h->before, before, 5, NULL) : NULL;
+            PyObject *hooked = f->call ? call_quietly(h, h->before, before, 5, quieted) : NULL;
             done = hooked == NULL ? -1 : 1;
             Py_XDECREF(hooked);
         }
@@ -810,7 +896,7 @@ fail:
 
 /* CallRecorder.end_api + end without filters: the output, the record joins the step, then with gradients
    recorded the outputs are hooked (gradients_after). */
-static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Flight *f) {
+static int end_body(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Flight *f, int quieted) {
     if (h->outputs) {
         PyObject *shown = out; /* x[i] = y: the output is x, changed */
         if (PyTuple_GET_SIZE(args) > 0 && PyUnicode_Compare(PyTuple_GET_ITEM(entry, 1), S_setitem) == 0)
@@ -824,20 +910,13 @@ static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Fligh
                 return -1;
             whole = !named;
         }
-        PyObject *quiet = quiet_on(h);
-        if (quiet == NULL)
-            return -1;
-        PyObject *encoded = PyObject_CallOneArg(h->encode, shown);
+        PyObject *encoded = PyObject_CallOneArg(quieted ? h->encode : h->bare, shown);
         if (encoded != NULL && !whole) { /* a single value: [value] */
             PyObject *one = encoded;
             if ((encoded = PyList_New(1)) != NULL)
                 PyList_SET_ITEM(encoded, 0, one);
             else
                 Py_DECREF(one);
-        }
-        if (quiet_off(quiet) < 0) {
-            Py_XDECREF(encoded);
-            return -1;
         }
         if (set_item_new(f->data, S_output, encoded) < 0)
             return -1;
@@ -855,10 +934,10 @@ static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Fligh
         Py_DECREF(sealed);
     }
     if (f->call != NULL) {
-        int done = h->grads_in_c ? grads_after(h, f->call, out) : 0;
+        int done = h->grads_in_c ? grads_after(h, f->call, out, quieted) : 0;
         if (done == 0) { /* the Python way */
             PyObject *after[] = {f->call, out};
-            PyObject *hooked = PyObject_Vectorcall(h->after, after, 2, NULL);
+            PyObject *hooked = call_quietly(h, h->after, after, 2, quieted);
             done = hooked == NULL ? -1 : 1;
             Py_XDECREF(hooked);
         }
@@ -866,6 +945,32 @@ static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Fligh
             return -1;
     }
     return 0;
+}
+
+/* begin_body / end_body with the debugger's reads of tensors inside quiet when a torch-function mode is
+   active (see modes_on); otherwise the encoder's bare() and the gradient half quiet only what needs it. */
+static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, Flight *f) {
+    int modes = modes_on(h);
+    PyObject *quiet = modes > 0 ? quiet_on(h) : NULL;
+    if (modes < 0 || (modes > 0 && quiet == NULL))
+        return -1;
+    int rc = begin_body(h, entry, args, kwargs, f, modes > 0);
+    if (quiet != NULL && quiet_off(quiet) < 0 && rc == 0) {
+        flight_clear(f);
+        rc = -1;
+    }
+    return rc;
+}
+
+static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Flight *f) {
+    int modes = modes_on(h);
+    PyObject *quiet = modes > 0 ? quiet_on(h) : NULL;
+    if (modes < 0 || (modes > 0 && quiet == NULL))
+        return -1;
+    int rc = end_body(h, entry, args, out, f, modes > 0);
+    if (quiet != NULL && quiet_off(quiet) < 0)
+        rc = -1;
+    return rc;
 }
 
 /* The user's call raised (its exception is set, and stays): CallRecorder.abandon takes back what begin() did. */
@@ -991,10 +1096,29 @@ static PyObject *Handler_bind_gradients(Handler *h, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+/* bind_quiet(bare, mode_count): the encoder's bare(value) and torch._C._len_torch_function_stack, so that a
+   call made while no torch-function mode is active skips quiet (see modes_on). */
+static PyObject *Handler_bind_quiet(Handler *h, PyObject *args) {
+    PyObject *bare, *mode_count;
+    if (!PyArg_ParseTuple(args, "OO:bind_quiet", &bare, &mode_count))
+        return NULL;
+    if (!PyCallable_Check(bare) || !PyCallable_Check(mode_count)) {
+        PyErr_SetString(PyExc_TypeError, "bind_quiet: expected two callables");
+        return NULL;
+    }
+    Py_INCREF(bare);
+    Py_XSETREF(h->bare, bare);
+    Py_INCREF(mode_count);
+    Py_XSETREF(h->mode_count, mode_count);
+    Py_RETURN_NONE;
+}
+
 static int Handler_traverse(Handler *h, visitproc visit, void *arg) {
 #define VISIT(f) Py_VISIT(h->f);
     FIELDS(VISIT)
     GRAD_FIELDS(VISIT)
+    Py_VISIT(h->bare);
+    Py_VISIT(h->mode_count);
     return 0;
 }
 
@@ -1002,6 +1126,8 @@ static int Handler_clear(Handler *h) {
 #define CLEAR(f) Py_CLEAR(h->f);
     FIELDS(CLEAR)
     GRAD_FIELDS(CLEAR)
+    Py_CLEAR(h->bare);
+    Py_CLEAR(h->mode_count);
     h->record_slots.type = NULL; /* borrowed from record_type */
     h->grads_in_c = 0;
     return 0;
@@ -1020,6 +1146,9 @@ static PyMethodDef HANDLER_METHODS[] = {
      "bind_gradients(call_type, backward_type, grad_slot_type, handle_type, grad_slots, handles, recorder, "
      "tensor_type, plain, hook_dict, keys, on_grad, max_depth) -> bool: CallRecorder's gradient half in C (see "
      "the module); False when a class is not one it can fill."},
+    {"bind_quiet", (PyCFunction)Handler_bind_quiet, METH_VARARGS,
+     "bind_quiet(bare, mode_count): the encoder's bare() and torch._C._len_torch_function_stack; calls made "
+     "while no torch-function mode is active then skip quiet (see the module)."},
     {"bind", (PyCFunction)Handler_bind, METH_VARARGS,
      "bind(table, session, encode, seal, record_type, grad_enabled, file_known, file_new, quiet, report, twin, "
      "call_type, before, after, abandon, current, fast, has_modules, inputs, outputs, numbers): what the "

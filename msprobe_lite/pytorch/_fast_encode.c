@@ -63,7 +63,42 @@ typedef struct {
     slots_t summary_slots;  /* TensorSummary made without its __init__ (see _slots.h), when it can be */
     int max_depth;          /* values.MAX_DEPTH: deeper values go to the Python walk, which ends them */
     int in_c;               /* summaries in C allowed (statistics of values, not md5) */
+    PyObject *quiet;        /* torch._C.DisableTorchFunction, for bare(); None without it */
+    int lazy;               /* in bare(): torch-function dispatch is turned off around Python code only */
 } Encoder;
+
+/* `fn(arg)`, or `fn(arg, level)`; in bare() with torch-function dispatch turned off around it: the Python
+   routes read and compute on tensors the C side leaves to them (subclasses among them), and none of that is
+   the user's (a tensor subclass's __torch_function__ must not see it). */
+static PyObject *call_python(Encoder *e, PyObject *fn, PyObject *arg, PyObject *level) {
+    PyObject *quiet = NULL;
+    if (e->lazy) {
+        quiet = PyObject_CallNoArgs(e->quiet);
+        PyObject *entered = quiet ? PyObject_CallMethod(quiet, "__enter__", NULL) : NULL;
+        if (entered == NULL) {
+            Py_XDECREF(quiet);
+            return NULL;
+        }
+        Py_DECREF(entered);
+    }
+    PyObject *out = level ? PyObject_CallFunctionObjArgs(fn, arg, level, NULL) : PyObject_CallOneArg(fn, arg);
+    if (quiet != NULL) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject *left = PyObject_CallMethod(quiet, "__exit__", "OOO", Py_None, Py_None, Py_None);
+        Py_DECREF(quiet);
+        if (left == NULL) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            Py_XDECREF(out);
+            return NULL;
+        }
+        Py_DECREF(left);
+        PyErr_Restore(type, value, tb);
+    }
+    return out;
+}
 
 static int is_fast_tensor(Encoder *e, PyObject *v) {
     PyObject *kind = (PyObject *)Py_TYPE(v);
@@ -104,7 +139,7 @@ static int method_bool(PyObject *t, PyObject *name) {
     return r;
 }
 
-static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind);
+static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *version);
 
 /* Py_None: the tensor is for the Python route, which summarises an odd tensor or reports why it cannot (an
    attribute that raised an Exception here is forgotten); NULL for KeyboardInterrupt and the like. */
@@ -119,7 +154,7 @@ static PyObject *for_python(void) {
 
 /* TorchSummarizer._summarize for the tensors read in place, or Py_None (new reference) when this one is
    for the Python route. NULL only on an error that is not the tensor's (memory). */
-static PyObject *summary_in_c(Encoder *e, PyObject *t) {
+static PyObject *summary_in_c(Encoder *e, PyObject *t, PyObject *version) {
     PyObject *dtype = PyObject_GetAttr(t, S_dtype);
     if (dtype == NULL)
         goto python;
@@ -128,7 +163,7 @@ static PyObject *summary_in_c(Encoder *e, PyObject *t) {
     if (kind == NULL)
         goto python;
     Py_INCREF(kind);
-    PyObject *summary = summary_of(e, t, kind);
+    PyObject *summary = summary_of(e, t, kind, version);
     Py_DECREF(kind);
     return summary;
 python:
@@ -351,7 +386,8 @@ static const char *const SUMMARY_SLOTS[] = {"type", "dtype", "shape", "stats", "
 
 /* summary_in_c once the dtype is one read here. Reads of the tensor: is_cpu (a CPU tensor is not a meta
    one), is_neg(), layout, shape, stride(), data_ptr(), requires_grad. */
-static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
+/* `version`: t._version read before (NULL for an inference tensor). */
+static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *version) {
     if (attr_bool(t, S_is_cpu) != 1 || method_bool(t, S_is_neg) != 0)
         goto python;
     PyObject *layout = PyObject_GetAttr(t, S_layout);
@@ -385,6 +421,19 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind) {
             stats = stats_tuple(out);
         else /* NaN, or a float32 lane sum that overflowed: the library route's rules */
             stats = infinite_stats((const char *)data, (int)code, rows, run, stride, out);
+    }
+    if (stats != NULL && version != NULL) {
+        /* Another thread inside torch (the GIL released there) may have swapped or resized this tensor's
+           memory meanwhile, as `t.set_()` or `resize_()`: both change its version. Its statistics then go
+           to the Python route, which reads through a numpy view that holds the memory. (A program that
+           changes a tensor while torch reads it is racy with or without the debugger.) */
+        PyObject *now = PyObject_GetAttr(t, S_version);
+        int same = now ? PyObject_RichCompareBool(now, version, Py_EQ) : -1;
+        Py_XDECREF(now);
+        if (same != 1) {
+            Py_CLEAR(stats);
+            PyErr_Clear();
+        }
     }
     if (stats == NULL) {
         Py_DECREF(shape);
@@ -431,11 +480,11 @@ static int referent_is(PyObject *ref, PyObject *t) {
 static int sealed(Encoder *e, PyObject *v, int depth, Py_ssize_t *visits);
 
 /* A new summary of `t` (in C, or by the Python route), out of the collector's lists when it can be. */
-static PyObject *fresh_summary(Encoder *e, PyObject *t) {
-    PyObject *summary = e->in_c ? summary_in_c(e, t) : (Py_INCREF(Py_None), Py_None);
+static PyObject *fresh_summary(Encoder *e, PyObject *t, PyObject *version) {
+    PyObject *summary = e->in_c ? summary_in_c(e, t, version) : (Py_INCREF(Py_None), Py_None);
     if (summary == Py_None) {
         Py_DECREF(summary);
-        summary = PyObject_CallOneArg(e->summarize, t);
+        summary = call_python(e, e->summarize, t, NULL);
     }
     Py_ssize_t visits = 0;
     if (summary != NULL)
@@ -450,7 +499,7 @@ static PyObject *leaf(Encoder *e, PyObject *t) {
         if (!PyErr_ExceptionMatches(PyExc_RuntimeError))
             return NULL;
         PyErr_Clear();
-        return fresh_summary(e, t);
+        return fresh_summary(e, t, NULL);
     }
     PyObject *key = PyLong_FromVoidPtr(t);
     if (key == NULL) {
@@ -474,7 +523,7 @@ static PyObject *leaf(Encoder *e, PyObject *t) {
     }
     if (PyErr_Occurred())
         goto error;
-    PyObject *summary = fresh_summary(e, t);
+    PyObject *summary = fresh_summary(e, t, version);
     if (summary == NULL)
         goto error;
     PyObject *ref = PyWeakref_NewRef(t, NULL);
@@ -568,7 +617,7 @@ static PyObject *python_walk(Encoder *e, PyObject *v, int depth) {
     PyObject *level = PyLong_FromLong(depth);
     if (level == NULL)
         return NULL;
-    PyObject *out = PyObject_CallFunctionObjArgs(e->walk, v, level, NULL);
+    PyObject *out = call_python(e, e->walk, v, level);
     Py_DECREF(level);
     return out;
 }
@@ -640,14 +689,31 @@ static PyObject *walk(Encoder *e, PyObject *v, int depth) {
 
 static PyObject *Encoder_encode(Encoder *e, PyObject *value) { return walk(e, value, 0); }
 
+/* Encoder.bare(value): encode(value) for a caller that has made sure no torch-function mode is active (the
+   C API handler, inside __torch_function__, when the mode stack is empty): the plain tensors read here
+   then dispatch to nothing, and torch-function dispatch is turned off only around the Python routes. */
+static PyObject *Encoder_bare(Encoder *e, PyObject *value) {
+    if (e->quiet == NULL || e->quiet == Py_None || e->walk == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Encoder.bare: the encoder was made without quiet");
+        return NULL;
+    }
+    int lazy = e->lazy;
+    e->lazy = 1;
+    PyObject *out = walk(e, value, 0);
+    e->lazy = lazy;
+    return out;
+}
+
 static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"tensor_types", "walk", "cache", "summarize", "summary_type", "kinds", "strided",
-                            "shape_of", "shapes", "max_depth", "in_c", NULL};
+                            "shape_of", "shapes", "max_depth", "in_c", "quiet", NULL};
     PyObject *tensor_types, *walk_, *cache, *summarize, *summary_type, *kinds, *strided, *shape_of, *shapes;
+    PyObject *quiet = Py_None;
     int max_depth, in_c;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OOO!ip:Encoder", names, &PyTuple_Type, &tensor_types,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OOO!ip|O:Encoder", names, &PyTuple_Type, &tensor_types,
                                      &walk_, &PyDict_Type, &cache, &summarize, &summary_type, &PyDict_Type,
-                                     &kinds, &strided, &shape_of, &PyDict_Type, &shapes, &max_depth, &in_c))
+                                     &kinds, &strided, &shape_of, &PyDict_Type, &shapes, &max_depth, &in_c,
+                                     &quiet))
         return -1;
     slots_t summary_slots; /* kept below, once summary_type is: a failed re-init leaves the encoder as it was */
     if (slots_find(&summary_slots, summary_type, SUMMARY_SLOTS, 6) < 0)
@@ -683,6 +749,7 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     KEEP(shapes, shapes);
     e->max_depth = max_depth;
     e->in_c = in_c;
+    KEEP(quiet, quiet);
     return 0;
 }
 
@@ -696,6 +763,7 @@ static int Encoder_traverse(Encoder *e, visitproc visit, void *arg) {
     Py_VISIT(e->strided);
     Py_VISIT(e->shape_of);
     Py_VISIT(e->shapes);
+    Py_VISIT(e->quiet);
     return 0;
 }
 
@@ -709,6 +777,7 @@ static int Encoder_clear(Encoder *e) {
     Py_CLEAR(e->strided);
     Py_CLEAR(e->shape_of);
     Py_CLEAR(e->shapes);
+    Py_CLEAR(e->quiet);
     e->summary_slots.type = NULL; /* borrowed from summary_type */
     return 0;
 }
@@ -752,6 +821,9 @@ static PyObject *Encoder_seal(Encoder *e, PyObject *record) {
 }
 
 static PyMethodDef ENCODER_METHODS[] = {
+    {"bare", (PyCFunction)Encoder_bare, METH_O,
+     "bare(value): encode(value) when no torch-function mode is active; torch-function dispatch is turned off "
+     "around the Python routes only (quiet, given when the encoder was made)."},
     {"seal", (PyCFunction)Encoder_seal, METH_O,
      "seal(record): takes a finished record (its data, and the record itself) out of the garbage collector's "
      "lists, as far as every leaf of its data can be: records live until the step is written, and every "

@@ -91,6 +91,9 @@ class ApiCapture(TorchFunctionMode):
                      # play and the C value encoder is built
                      encode is not None and not recorder.filtered and not session.saving,
                      modules is not None, recorder.inputs, recorder.outputs, session.numbers)
+        mode_count = getattr(torch._C, "_len_torch_function_stack", None)
+        if encode is not None and mode_count is not None:
+            capture.bind_quiet(encode.bare, mode_count)  # no quiet while no other torch-function mode is active
         if recorder.framework.tensor_hooks:
             # CallRecorder's gradient half (gradients_before/after, _hook, on_grad) in C too, for plain
             # tensors in plain containers; anything else still goes through those methods
