@@ -9,8 +9,15 @@ encoding its tensors, and the small training step makes hundreds (AdamW alone 9 
   function;
 - a captured call is recorded here, exactly as `ApiCapture.__torch_function__` -> `CallRecorder.begin_api` /
   `end_api` record it, when the run allows (`bind`: no filters, no tensors saved to files, the C value
-  encoder built). Its gradient hooks are Python's: `CallRecorder.gradients_before` / `gradients_after`. At
-  mix level its parent is the innermost module call (`ModuleHooks.current`), or "optimizer";
+  encoder built). At mix level its parent is the innermost module call (`ModuleHooks.current`), or
+  "optimizer";
+- its gradient half too (`bind_gradients`): `CallRecorder.gradients_before` / `gradients_after`, `_hook`
+  and `TorchFramework.on_grad` for tensors in plain containers, with the same Call, BackwardCall and
+  handle objects; the hooks are GradHooks (`_GradSlot` and `BackwardCall.fill` in C). Other containers go
+  to those Python methods;
+- the debugger's reads of tensors are never seen by a torch-function mode or tensor subclass of the
+  user's: inside quiet (DisableTorchFunction) when a mode is active, else with the encoder's `bare()`
+  (`bind_quiet`), which quiets only its Python routes, and quiet for a tensor that is not a plain one;
 - otherwise the call goes to the Python method, the twin (`twin`), which covers every case.
 
 The order of every dict insertion is the Python route's, so the dumps are byte for byte the same
@@ -270,30 +277,24 @@ static int leaves(Handler *h, PyObject *v, int depth, PyObject *found) {
         return is < 0 ? -1 : PyList_Append(found, v) < 0 ? -1 : 1;
     if (depth >= h->max_depth)
         return 1;
-    if ((PyList_Check(v) && Py_TYPE(v)->tp_iter == PyList_Type.tp_iter) ||
-        (PyTuple_Check(v) && Py_TYPE(v)->tp_iter == PyTuple_Type.tp_iter)) { /* torch.Size included */
-        PyObject *items = PySequence_Fast(v, ""); /* a list may change while Python code runs below */
-        if (items == NULL)
-            return -1;
-        int rc = 1;
-        for (Py_ssize_t i = 0; rc == 1 && i < PySequence_Fast_GET_SIZE(items); i++)
-            rc = leaves(h, PySequence_Fast_GET_ITEM(items, i), depth + 1, found);
-        Py_DECREF(items);
-        return rc;
-    }
-    if (PyDict_CheckExact(v)) {
-        PyObject *values = PyDict_Values(v);
-        if (values == NULL)
-            return -1;
-        int rc = 1;
-        for (Py_ssize_t i = 0; rc == 1 && i < PyList_GET_SIZE(values); i++)
-            rc = leaves(h, PyList_GET_ITEM(values, i), depth + 1, found);
-        Py_DECREF(values);
-        return rc;
-    }
-    if (PyList_Check(v) || PyTuple_Check(v) || PyDict_Check(v))
-        return 0;
-    return 1;
+    /* the items to walk, held unchanged (Python code, an odd __class__, may run below): a tuple itself (torch.Size
+       included), a copy of a list, a dict's values */
+    PyObject *items = NULL;
+    if (PyTuple_Check(v) && Py_TYPE(v)->tp_iter == PyTuple_Type.tp_iter)
+        items = (Py_INCREF(v), v);
+    else if (PyList_Check(v) && Py_TYPE(v)->tp_iter == PyList_Type.tp_iter)
+        items = PySequence_List(v);
+    else if (PyDict_CheckExact(v))
+        items = PyDict_Values(v);
+    else
+        return PyList_Check(v) || PyTuple_Check(v) || PyDict_Check(v) ? 0 : 1;
+    if (items == NULL)
+        return -1;
+    int rc = 1;
+    for (Py_ssize_t i = 0; rc == 1 && i < PySequence_Fast_GET_SIZE(items); i++)
+        rc = leaves(h, PySequence_Fast_GET_ITEM(items, i), depth + 1, found);
+    Py_DECREF(items);
+    return rc;
 }
 
 /* `tensor.requires_grad` (framework.may_get_grad): 1, 0, or -1 on error. */
@@ -425,31 +426,25 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
         Py_XDECREF(index);
         PyObject *id = place ? PyLong_FromVoidPtr(t) : NULL;
         PyObject *slot = id ? PyDict_GetItemWithError(h->grad_slots, id) : NULL; /* borrowed */
-        int rc = id == NULL || (slot == NULL && PyErr_Occurred()) ? -1 : 0;
+        int rc = id == NULL || (slot == NULL && PyErr_Occurred()) ? -1 : 0, placed = 0;
         PyObject *places, *weak, *seen;
         if (rc == 0 && slot != NULL && version != NULL && slot_view(h, slot, &places, &weak, &seen)) {
             /* hooked already this step: the same tensor, unchanged since (the same autograd node)? */
             Py_INCREF(slot);
             int same = PyWeakref_CheckRef(weak) ? PyObject_RichCompareBool(seen, version, Py_EQ) : 0;
             if (same > 0 && slot_view(h, slot, &places, &weak, &seen) && PyWeakref_CheckRef(weak) &&
-                PyWeakref_GET_OBJECT(weak) == t) {
+                PyWeakref_GET_OBJECT(weak) == t) { /* yes: one more place for its hook */
                 rc = PyList_Check(places) ? PyList_Append(places, place) : -1;
                 if (rc < 0 && !PyErr_Occurred())
                     PyErr_SetString(PyExc_TypeError, "a gradient hook's places: expected a list");
-                Py_DECREF(slot);
-                Py_DECREF(id);
-                Py_DECREF(place);
-                Py_XDECREF(version);
-                if (rc < 0)
-                    return -1;
-                continue;
+                placed = 1;
+            } else if (same < 0) {
+                rc = -1;
             }
             Py_DECREF(slot);
-            if (same < 0)
-                rc = -1;
         }
         PyObject *fresh = NULL;
-        if (rc == 0) {
+        if (rc == 0 && !placed) {
             PyObject *list = PyList_New(1);
             if (list != NULL) {
                 Py_INCREF(place);
@@ -459,7 +454,7 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
             }
             rc = fresh == NULL || on_grad(h, t, fresh) < 0 ? -1 : 0;
         }
-        if (rc == 0 && version != NULL) {
+        if (rc == 0 && !placed && version != NULL) {
             PyObject *weakref = PyWeakref_NewRef(t, NULL);
             if (weakref == NULL) {
                 if (PyErr_ExceptionMatches(PyExc_TypeError)) /* no weak references: one hook per place */
@@ -644,19 +639,17 @@ static PyObject *GradHook_call(GradHook *g, PyObject *args, PyObject *kwargs) {
     Py_RETURN_NONE;
 }
 
+#define GRAD_HOOK_FIELDS(X) X(places) X(tensor) X(version) X(handler)
+
 static int GradHook_traverse(GradHook *g, visitproc visit, void *arg) {
-    Py_VISIT(g->places);
-    Py_VISIT(g->tensor);
-    Py_VISIT(g->version);
-    Py_VISIT(g->handler);
+#define VISIT_G(f) Py_VISIT(g->f);
+    GRAD_HOOK_FIELDS(VISIT_G)
     return 0;
 }
 
 static int GradHook_clear(GradHook *g) {
-    Py_CLEAR(g->places);
-    Py_CLEAR(g->tensor);
-    Py_CLEAR(g->version);
-    Py_CLEAR(g->handler);
+#define CLEAR_G(f) Py_CLEAR(g->f);
+    GRAD_HOOK_FIELDS(CLEAR_G)
     return 0;
 }
 
@@ -948,13 +941,19 @@ static int end_body(Handler *h, PyObject *entry, PyObject *args, PyObject *out, 
 }
 
 /* begin_body / end_body with the debugger's reads of tensors inside quiet when a torch-function mode is
-   active (see modes_on); otherwise the encoder's bare() and the gradient half quiet only what needs it. */
-static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, Flight *f) {
+   active (see modes_on); otherwise the encoder's bare() and the gradient half quiet only what needs it.
+   quiet_if_modes: 0 with *quiet entered or NULL, -1 on error. */
+static int quiet_if_modes(Handler *h, PyObject **quiet) {
     int modes = modes_on(h);
-    PyObject *quiet = modes > 0 ? quiet_on(h) : NULL;
-    if (modes < 0 || (modes > 0 && quiet == NULL))
+    *quiet = modes > 0 ? quiet_on(h) : NULL;
+    return modes < 0 || (modes > 0 && *quiet == NULL) ? -1 : 0;
+}
+
+static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, Flight *f) {
+    PyObject *quiet;
+    if (quiet_if_modes(h, &quiet) < 0)
         return -1;
-    int rc = begin_body(h, entry, args, kwargs, f, modes > 0);
+    int rc = begin_body(h, entry, args, kwargs, f, quiet != NULL);
     if (quiet != NULL && quiet_off(quiet) < 0 && rc == 0) {
         flight_clear(f);
         rc = -1;
@@ -963,14 +962,11 @@ static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, 
 }
 
 static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Flight *f) {
-    int modes = modes_on(h);
-    PyObject *quiet = modes > 0 ? quiet_on(h) : NULL;
-    if (modes < 0 || (modes > 0 && quiet == NULL))
+    PyObject *quiet;
+    if (quiet_if_modes(h, &quiet) < 0)
         return -1;
-    int rc = end_body(h, entry, args, out, f, modes > 0);
-    if (quiet != NULL && quiet_off(quiet) < 0)
-        rc = -1;
-    return rc;
+    int rc = end_body(h, entry, args, out, f, quiet != NULL);
+    return quiet != NULL && quiet_off(quiet) < 0 ? -1 : rc;
 }
 
 /* The user's call raised (its exception is set, and stays): CallRecorder.abandon takes back what begin() did. */
