@@ -30,6 +30,7 @@ through `report_failure` and the user's call goes on; an exception of the user's
 #include <structmember.h>
 
 #include "_slots.h"
+#include "_weakref.h"
 
 typedef struct {
     PyObject_HEAD
@@ -432,8 +433,8 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
             /* hooked already this step: the same tensor, unchanged since (the same autograd node)? */
             Py_INCREF(slot);
             int same = PyWeakref_CheckRef(weak) ? PyObject_RichCompareBool(seen, version, Py_EQ) : 0;
-            if (same > 0 && slot_view(h, slot, &places, &weak, &seen) && PyWeakref_CheckRef(weak) &&
-                PyWeakref_GET_OBJECT(weak) == t) { /* yes: one more place for its hook */
+            if (same > 0 && slot_view(h, slot, &places, &weak, &seen) && referent_is(weak, t)) {
+                /* yes: one more place for its hook */
                 rc = PyList_Check(places) ? PyList_Append(places, place) : -1;
                 if (rc < 0 && !PyErr_Occurred())
                     PyErr_SetString(PyExc_TypeError, "a gradient hook's places: expected a list");

@@ -28,6 +28,7 @@ Used only while no tensor file is written for the record (the file names need ea
 
 #include "_fast_stats.h"
 #include "_slots.h"
+#include "_weakref.h"
 
 static FastStatsApi *STATS;
 static PyObject *S_version, *S_dtype, *S_is_cpu, *S_layout, *S_is_neg,
@@ -460,21 +461,6 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
     return summary;
 python:
     return for_python();
-}
-
-/* Whether weak reference `ref` still points at `t`. */
-static int referent_is(PyObject *ref, PyObject *t) {
-    if (!PyWeakref_Check(ref))
-        return 0;
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *target = NULL;
-    if (PyWeakref_GetRef(ref, &target) < 0)
-        PyErr_Clear();
-    Py_XDECREF(target); /* only compared: `t` is alive, so a match stays valid */
-    return target == t;
-#else
-    return PyWeakref_GetObject(ref) == t;
-#endif
 }
 
 static int sealed(Encoder *e, PyObject *v, int depth, Py_ssize_t *visits);
