@@ -10,9 +10,11 @@ another captured API is neither a record nor counted: only outermost calls are. 
 APIs comes from `apis.yaml` (identity lookup, one dict probe per call).
 
 When the C handler is built (`_fast_capture.c`), it is a base class of the mode and its `__torch_function__`
-runs first: calls that only pass through never reach Python, and captured calls are recorded there (their
-gradient hooks through `CallRecorder.gradients_before`/`gradients_after`) unless filters or saved tensors
-are in play; those come to the Python method below, which covers all cases.
+runs first: calls that only pass through never reach Python, and captured calls are recorded there, their
+gradient hooks too (what `CallRecorder.gradients_before`/`gradients_after` do, for tensors in plain
+containers), unless filters or saved tensors are in play; those come to the Python method below, which
+covers all cases. The debugger's reads of tensors are never dispatched to a torch-function mode or tensor
+subclass of the user's.
 
 torch.distributed's collectives do not go through `__torch_function__`; they are wrapped while collecting
 and restored at `stop()` (so `from torch.distributed import all_reduce` made before `start()` is not seen).
