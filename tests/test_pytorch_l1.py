@@ -487,6 +487,7 @@ def test_the_users_mode_and_tensor_subclass_see_only_the_users_calls(tmp_path, m
         tagged = base.as_subclass(Tagged)
         y = F.linear(torch.tanh(base), weight) * 2
         z = (tagged + 1).sum()
+        base.__eq__({tagged: 1})  # a dict keyed by a tensor: the dump names its key by str()
         y.sum().backward()
         return y.detach().clone(), z.detach().clone()
 
@@ -547,6 +548,38 @@ def test_a_gradient_hooks_fields_stay_and_its_places_may_change_while_it_runs(tm
     d.step()
     assert torch.equal(x.grad, torch.exp(torch.linspace(-1.0, 1.0, 4)))
     assert errors and "ValueError: after clearing" in errors[0]
+
+
+@pytest.mark.parametrize("route", ["C", "Python"])
+def test_without_a_mode_a_tensor_subclass_sees_only_the_users_calls(tmp_path, monkeypatch, route):
+    """With no torch-function mode of the user's active, the C handler reads plain tensors without turning
+    dispatch off; what a tensor subclass would see (its own statistics, str() of a dict key) is still read
+    with dispatch off."""
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+    seen = []
+
+    class Tagged(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", str(func)))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    base = torch.linspace(-1.0, 1.0, 6).requires_grad_(True)
+    tagged = torch.ones(6).as_subclass(Tagged)
+    d = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    d.start()
+    seen.clear()
+    base.__eq__({tagged: 1})     # its key named by str(tagged) in the dump
+    torch.mul(base, 2.0).sum()   # plain tensors only
+    torch.add(base, [tagged][0])  # the subclass as an argument: its own __torch_function__ runs, once
+    d.stop()
+    d.step()
+    assert seen == ["add"], seen
+    dump = data(tmp_path)
+    assert "Tensor.__eq__.0.forward" in dump and "Torch.add.0.forward" in dump
 
 
 # -- the C handler (pytorch/_fast_capture.c): calls recorded in C as the Python route records them -----------------

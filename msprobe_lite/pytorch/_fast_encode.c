@@ -425,9 +425,12 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
     }
     if (stats != NULL && version != NULL) {
         /* Another thread inside torch (the GIL released there) may have swapped or resized this tensor's
-           memory meanwhile, as `t.set_()` or `resize_()`: both change its version. Its statistics then go
-           to the Python route, which reads through a numpy view that holds the memory. (A program that
-           changes a tensor while torch reads it is racy with or without the debugger.) */
+           memory meanwhile, as `t.set_()` or `resize_()`: both change its version, and such statistics go
+           to the Python route, which reads through a numpy view that holds the memory. This keeps wrong
+           statistics out of the dump once the other thread's change is complete; it does not stop the
+           kernel from reading memory freed while that change is under way (the storage is not held here:
+           holding it costs more per summary than the rest). A program that changes a tensor on one thread
+           while torch reads it on another is racy with or without the debugger. */
         PyObject *now = PyObject_GetAttr(t, S_version);
         int same = now ? PyObject_RichCompareBool(now, version, Py_EQ) : -1;
         Py_XDECREF(now);
@@ -651,6 +654,13 @@ static PyObject *walk(Encoder *e, PyObject *v, int depth) {
         return out;
     }
     if (kind == &PyDict_Type && depth < e->max_depth) {
+        if (e->lazy) { /* in bare(): a key that is not a str is made one by Python code (str(key)): quietly */
+            PyObject *key, *value;
+            Py_ssize_t pos = 0;
+            while (PyDict_Next(v, &pos, &key, &value))
+                if (!PyUnicode_CheckExact(key))
+                    return python_walk(e, v, depth);
+        }
         if (Py_EnterRecursiveCall(" while encoding call values"))
             return NULL;
         PyObject *out = PyDict_New(), *key, *value;
