@@ -8,7 +8,8 @@ versions. Here the builds live in one process: each other version's package is c
 place), each build gets its own debugger, and blocks of steps without the debugger, with the other builds'
 and with this tree's alternate, their order reversed every block. Short blocks (2 steps) and many of them
 spread the machine's slow and fast minutes evenly over the builds: with blocks of 8 steps, two runs of the
-same pair of builds disagreed on which was faster. Medians of each; the extra time is on - off, in wall
+same pair of builds disagreed on which was faster (the big step, bound by memory bandwidth that other jobs
+share, still disagrees with blocks of 2: run it several times). Medians of each; the extra time is on - off, in wall
 time and in the training thread's own CPU time (`time.thread_time`: time the thread was not running, taken
 by the host or other processes, left out).
 
