@@ -30,6 +30,7 @@ through `report_failure` and the user's call goes on; an exception of the user's
 #include <structmember.h>
 
 #include "_slots.h"
+#include "_quiet.h"
 #include "_weakref.h"
 
 typedef struct {
@@ -73,7 +74,7 @@ typedef struct {
 } Handler;
 
 static PyObject *S_forward_on, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
-    *S_optimizer, *S_input_args, *S_input_kwargs, *S_output, *S_enter, *S_exit, *S_site, *S_what,
+    *S_optimizer, *S_input_args, *S_input_kwargs, *S_output, *S_site, *S_what,
     *S_site_begin, *S_site_end, *S_name, *S_bwd_name, *S_requires_grad, *S_version, *S_backward_hooks,
     *S_grad_fn, *S_register_hook_dict, *S_n_out, *S_input, *S_step_open, *S_data, *S_site_hook, *EMPTY, *ZERO;
 
@@ -120,37 +121,6 @@ static int reported(Handler *h, PyObject *site) {
     return 1;
 }
 
-/* The debugger's reads of tensors run inside DisableTorchFunction ("quiet") where they could reach a mode or
-   a tensor subclass of the user's (see modes_on): quiet_on() returns a new one, entered (NULL on failure);
-   quiet_off() leaves it and keeps an exception already set (-1 then). A new one each time: the object keeps
-   the state it replaced, so it must never be entered twice at once. */
-static PyObject *quiet_on(Handler *h) {
-    PyObject *quiet = PyObject_CallNoArgs(h->quiet);
-    PyObject *entered = quiet ? PyObject_CallMethodNoArgs(quiet, S_enter) : NULL;
-    if (entered == NULL) {
-        Py_XDECREF(quiet);
-        return NULL;
-    }
-    Py_DECREF(entered);
-    return quiet;
-}
-
-static int quiet_off(PyObject *quiet) {
-    PyObject *type, *exc, *tb;
-    PyErr_Fetch(&type, &exc, &tb);
-    PyObject *args[] = {quiet, Py_None, Py_None, Py_None};
-    PyObject *left = PyObject_VectorcallMethod(S_exit, args, 4, NULL); /* args[0] is the object */
-    Py_DECREF(quiet);
-    if (left == NULL) {
-        Py_XDECREF(type);
-        Py_XDECREF(exc);
-        Py_XDECREF(tb);
-        return -1;
-    }
-    Py_DECREF(left);
-    PyErr_Restore(type, exc, tb);
-    return type == NULL ? 0 : -1;
-}
 
 /* Whether the debugger's own reads of tensors must be made inside quiet: 1 when a torch-function mode is
    active (one of the user's, below the debugger's: PyTorch takes the debugger's own off its stack while its
@@ -209,6 +179,22 @@ static PyObject *step_dict(Handler *h, PyObject *name) {
         Py_CLEAR(d);
     }
     return d;
+}
+
+/* Record(name, data): made through _slots.h when it can be (no __init__ frame). */
+static PyObject *new_record(Handler *h, PyObject *name, PyObject *data) {
+    PyObject *parts[] = {name, data};
+    return h->record_slots.type != NULL ? slots_new(&h->record_slots, parts)
+                                        : PyObject_Vectorcall(h->record_type, parts, 2, NULL);
+}
+
+/* Session.add(record), inline: the step's records[name] = record, and the step is dirty. 0, or -1. */
+static int session_add(Handler *h, PyObject *name, PyObject *record) {
+    PyObject *records = step_dict(h, S_records);
+    int added = records != NULL && PyDict_SetItem(records, name, record) == 0 &&
+                PyObject_SetAttr(h->session, S_dirty, Py_True) == 0;
+    Py_XDECREF(records);
+    return added ? 0 : -1;
 }
 
 /* One captured call in flight: new references, NULL until made. */
@@ -509,7 +495,7 @@ static int fill(Handler *h, PyObject *backward, PyObject *key, PyObject *index, 
     PyObject *record = NULL, *slots = NULL;
     int rc = PyObject_IsTrue(field[7]); /* abandoned */
     if (rc == 0 && field[2] == Py_None) { /* the record appears with the first gradient */
-        PyObject *name = field[0], *parent = field[5], *data = PyDict_New(), *records = NULL, *construct = NULL;
+        PyObject *name = field[0], *parent = field[5], *data = PyDict_New(), *construct = NULL;
         rc = data == NULL ? -1 : 0;
         for (int part = 0; rc == 0 && part < 2; part++) {
             if (!(part == 0 ? h->inputs : h->outputs))
@@ -526,14 +512,10 @@ static int fill(Handler *h, PyObject *backward, PyObject *key, PyObject *index, 
             }
             rc = set_item_new(data, part == 0 ? S_input : S_output, nones);
         }
-        PyObject *parts[] = {name, data};
-        record = rc < 0 ? NULL : h->record_slots.type != NULL ? slots_new(&h->record_slots, parts)
-                                                              : PyObject_Vectorcall(h->record_type, parts, 2, NULL);
+        record = rc < 0 ? NULL : new_record(h, name, data);
         Py_XDECREF(data);
-        if (record == NULL || (records = step_dict(h, S_records)) == NULL || PyDict_SetItem(records, name, record) < 0 ||
-            PyObject_SetAttr(h->session, S_dirty, Py_True) < 0)
+        if (record == NULL || session_add(h, name, record) < 0)
             rc = -1;
-        Py_XDECREF(records);
         if (rc == 0) {
             PyObject **at = (PyObject **)((char *)backward + b->offsets[2]);
             Py_INCREF(record);
@@ -562,9 +544,9 @@ static int fill(Handler *h, PyObject *backward, PyObject *key, PyObject *index, 
         if ((at == -1 || size < 0) && PyErr_Occurred())
             rc = -1;
         else if (at < size) {
-            PyObject *quiet = quiet_on(h);
+            PyObject *quiet = quiet_enter(h->quiet);
             PyObject *summary = quiet ? PyObject_CallOneArg(h->encode, grad) : NULL; /* Summarizer.summarize */
-            if (quiet != NULL && quiet_off(quiet) < 0)
+            if (quiet != NULL && quiet_exit(quiet) < 0)
                 Py_CLEAR(summary);
             rc = summary == NULL || PyObject_SetItem(slots, index, summary) < 0 ||
                          PyObject_SetAttr(h->session, S_dirty, Py_True) < 0 ? -1 : 0;
@@ -708,7 +690,7 @@ static int quiet_for(Handler *h, PyObject *tensors, int quieted, PyObject **quie
     int plain = all_plain(h, tensors);
     if (plain < 0)
         return -1;
-    return plain || (*quiet = quiet_on(h)) != NULL ? 0 : -1;
+    return plain || (*quiet = quiet_enter(h->quiet)) != NULL ? 0 : -1;
 }
 
 /* CallRecorder.gradients_before: makes the Call (f->call) and hooks the call's inputs. 0 (nothing done) when
@@ -734,7 +716,7 @@ static int grads_before(Handler *h, Flight *f, PyObject *bwd_name, PyObject *bwd
         rc = wanted < 0 || (wanted > 0 && (backward == NULL || hook(h, backward, inputs, S_output) < 0)) ? -1 : 1;
         Py_XDECREF(backward);
     }
-    if (quiet != NULL && quiet_off(quiet) < 0)
+    if (quiet != NULL && quiet_exit(quiet) < 0)
         rc = -1;
     Py_DECREF(inputs);
     return rc;
@@ -768,7 +750,7 @@ static int grads_after(Handler *h, PyObject *call, PyObject *out, int quieted) {
         }
         Py_XDECREF(backward);
     }
-    if (quiet != NULL && quiet_off(quiet) < 0)
+    if (quiet != NULL && quiet_exit(quiet) < 0)
         rc = -1;
     Py_DECREF(outputs);
     return rc;
@@ -776,11 +758,11 @@ static int grads_after(Handler *h, PyObject *call, PyObject *out, int quieted) {
 
 /* `fn(*args)` inside quiet unless `quieted` (the Python methods' reads are the debugger's too). */
 static PyObject *call_quietly(Handler *h, PyObject *fn, PyObject *const *args, Py_ssize_t n, int quieted) {
-    PyObject *quiet = quieted ? NULL : quiet_on(h);
+    PyObject *quiet = quieted ? NULL : quiet_enter(h->quiet);
     if (!quieted && quiet == NULL)
         return NULL;
     PyObject *out = PyObject_Vectorcall(fn, args, n, NULL);
-    if (quiet != NULL && quiet_off(quiet) < 0)
+    if (quiet != NULL && quiet_exit(quiet) < 0)
         Py_CLEAR(out);
     return out;
 }
@@ -850,9 +832,7 @@ static int begin_body(Handler *h, PyObject *entry, PyObject *args, PyObject *kwa
             goto fail;
         Py_DECREF(filed);
     }
-    PyObject *parts[] = {f->name, f->data};
-    f->record = h->record_slots.type != NULL ? slots_new(&h->record_slots, parts)
-                                             : PyObject_Vectorcall(h->record_type, parts, 2, NULL);
+    f->record = new_record(h, f->name, f->data);
     if (f->record == NULL)
         goto fail;
     PyObject *grad = PyObject_CallNoArgs(h->grad_enabled);
@@ -917,11 +897,7 @@ static int end_body(Handler *h, PyObject *entry, PyObject *args, PyObject *out, 
             return -1;
     }
     if (!h->numbers || PyDict_GET_SIZE(f->data) > 0) {
-        PyObject *records = step_dict(h, S_records);
-        int added = records != NULL && PyDict_SetItem(records, f->name, f->record) == 0 &&
-                    PyObject_SetAttr(h->session, S_dirty, Py_True) == 0;
-        Py_XDECREF(records);
-        if (!added)
+        if (session_add(h, f->name, f->record) < 0)
             return -1;
         PyObject *sealed = PyObject_CallOneArg(h->seal, f->record); /* see CallRecorder.end */
         if (sealed == NULL)
@@ -943,32 +919,26 @@ static int end_body(Handler *h, PyObject *entry, PyObject *args, PyObject *out, 
 }
 
 /* begin_body / end_body with the debugger's reads of tensors inside quiet when a torch-function mode is
-   active (see modes_on); otherwise the encoder's bare() and the gradient half quiet only what needs it.
-   quiet_if_modes: 0 with *quiet entered or NULL, -1 on error. */
-static int quiet_if_modes(Handler *h, PyObject **quiet) {
-    int modes = modes_on(h);
-    *quiet = modes > 0 ? quiet_on(h) : NULL;
-    return modes < 0 || (modes > 0 && *quiet == NULL) ? -1 : 0;
-}
-
-static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, Flight *f) {
-    PyObject *quiet;
-    if (quiet_if_modes(h, &quiet) < 0)
+   active (`modes`, from modes_on once per call: the user's call leaves the mode stack as it found it);
+   otherwise the encoder's bare() and the gradient half quiet only what needs it. */
+static int begin(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, Flight *f, int modes) {
+    PyObject *quiet = modes ? quiet_enter(h->quiet) : NULL;
+    if (modes && quiet == NULL)
         return -1;
-    int rc = begin_body(h, entry, args, kwargs, f, quiet != NULL);
-    if (quiet != NULL && quiet_off(quiet) < 0 && rc == 0) {
+    int rc = begin_body(h, entry, args, kwargs, f, modes);
+    if (quiet != NULL && quiet_exit(quiet) < 0 && rc == 0) {
         flight_clear(f);
         rc = -1;
     }
     return rc;
 }
 
-static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Flight *f) {
-    PyObject *quiet;
-    if (quiet_if_modes(h, &quiet) < 0)
+static int end(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Flight *f, int modes) {
+    PyObject *quiet = modes ? quiet_enter(h->quiet) : NULL;
+    if (modes && quiet == NULL)
         return -1;
-    int rc = end_body(h, entry, args, out, f, quiet != NULL);
-    return quiet != NULL && quiet_off(quiet) < 0 ? -1 : rc;
+    int rc = end_body(h, entry, args, out, f, modes);
+    return quiet != NULL && quiet_exit(quiet) < 0 ? -1 : rc;
 }
 
 /* The user's call raised (its exception is set, and stays): CallRecorder.abandon takes back what begin() did. */
@@ -1010,14 +980,15 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
 
     Py_INCREF(entry); /* the table's, held while Python code runs */
     Flight f = {NULL, NULL, NULL, NULL};
-    if (begin(h, entry, args, kwargs, &f) < 0 && !reported(h, S_site_begin)) {
+    int modes = modes_on(h);
+    if ((modes < 0 || begin(h, entry, args, kwargs, &f, modes) < 0) && !reported(h, S_site_begin)) {
         Py_DECREF(entry);
         return NULL;
     }
     PyObject *out = PyObject_Call(func, args, kwargs);
     if (out == NULL && f.record != NULL)
         abandon(h, &f);
-    else if (out != NULL && f.record != NULL && end(h, entry, args, out, &f) < 0 && !reported(h, S_site_end))
+    else if (out != NULL && f.record != NULL && end(h, entry, args, out, &f, modes) < 0 && !reported(h, S_site_end))
         Py_CLEAR(out);
     flight_clear(&f);
     Py_DECREF(entry);
@@ -1190,8 +1161,6 @@ PyMODINIT_FUNC PyInit__fast_capture(void) {
     INTERN(S_input_args, "input_args");
     INTERN(S_input_kwargs, "input_kwargs");
     INTERN(S_output, "output");
-    INTERN(S_enter, "__enter__");
-    INTERN(S_exit, "__exit__");
     INTERN(S_site, "site");
     INTERN(S_what, "API capture");
     INTERN(S_site_begin, "ApiCapture._begin");

@@ -28,6 +28,7 @@ Used only while no tensor file is written for the record (the file names need ea
 
 #include "_fast_stats.h"
 #include "_slots.h"
+#include "_quiet.h"
 #include "_weakref.h"
 
 static FastStatsApi *STATS;
@@ -72,32 +73,12 @@ typedef struct {
    routes read and compute on tensors the C side leaves to them (subclasses among them), and none of that is
    the user's (a tensor subclass's __torch_function__ must not see it). */
 static PyObject *call_python(Encoder *e, PyObject *fn, PyObject *arg, PyObject *level) {
-    PyObject *quiet = NULL;
-    if (e->lazy) {
-        quiet = PyObject_CallNoArgs(e->quiet);
-        PyObject *entered = quiet ? PyObject_CallMethod(quiet, "__enter__", NULL) : NULL;
-        if (entered == NULL) {
-            Py_XDECREF(quiet);
-            return NULL;
-        }
-        Py_DECREF(entered);
-    }
+    PyObject *quiet = e->lazy ? quiet_enter(e->quiet) : NULL;
+    if (e->lazy && quiet == NULL)
+        return NULL;
     PyObject *out = level ? PyObject_CallFunctionObjArgs(fn, arg, level, NULL) : PyObject_CallOneArg(fn, arg);
-    if (quiet != NULL) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyObject *left = PyObject_CallMethod(quiet, "__exit__", "OOO", Py_None, Py_None, Py_None);
-        Py_DECREF(quiet);
-        if (left == NULL) {
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(tb);
-            Py_XDECREF(out);
-            return NULL;
-        }
-        Py_DECREF(left);
-        PyErr_Restore(type, value, tb);
-    }
+    if (quiet != NULL && quiet_exit(quiet) < 0)
+        Py_CLEAR(out);
     return out;
 }
 

@@ -86,7 +86,7 @@ class ApiCapture(TorchFunctionMode):
         stacks = session.stacks
         capture.bind(capture.table, session, encode, summarizer.seal, Record, recorder.recording_gradients,
                      stacks.file_known if recorder.extra else None, stacks.file_new if recorder.extra else None,
-                     torch._C.DisableTorchFunction, report_failure, ApiCapture.__torch_function__,
+                     summarizer.quiet, report_failure, ApiCapture.__torch_function__,
                      Call, recorder.gradients_before, recorder.gradients_after, recorder.abandon,
                      modules.current if modules is not None else None,
                      # the C route records what CallRecorder records when no filter and no saved tensor is in
