@@ -265,6 +265,34 @@ def test_torch_is_untouched(tmp_path):
     assert not torch.overrides._get_current_function_mode_stack()
 
 
+def test_the_modes_torch_function_is_looked_up_again_when_its_class_changes(tmp_path, monkeypatch):
+    """The C handler hands PyTorch a bound __torch_function__ made once (Handler_getattr); a change of the class
+    (here a wrapper set on it) must be seen on the next call."""
+    from msprobe_lite.pytorch import api_capture
+    assert api_capture.FastHandler is not None  # the test set-up builds it (pip install -e .)
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="L1", task="statistics")
+    d.start()
+    kind = type(d.apis)
+    torch.sin(torch.ones(2))  # the bound method is made and kept
+    seen = []
+    original = kind.__torch_function__
+
+    def spy(self, func, types, args=(), kwargs=None):
+        seen.append(func)
+        return original(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(kind, "__torch_function__", spy)
+    assert kind.__torch_function__ is spy  # a lookup in the class: it has a new version tag before the call
+    torch.cos(torch.ones(2))
+    monkeypatch.undo()
+    assert kind.__torch_function__ is original
+    torch.tan(torch.ones(2))
+    d.stop()
+    d.step()
+    assert torch.cos in seen and torch.tan not in seen
+    assert list(data(tmp_path)) == ["Torch.sin.0.forward", "Torch.cos.0.forward", "Torch.tan.0.forward"]
+
+
 def test_nothing_recorded_outside_start_stop(tmp_path):
     d = PrecisionDebugger(dump_path=str(tmp_path), level="L1", task="statistics")
     torch.exp(torch.ones(2))

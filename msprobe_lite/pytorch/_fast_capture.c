@@ -71,6 +71,8 @@ typedef struct {
     char in_optimizer;     /* set by the optimizer's step hooks (mix level) */
     char has_modules;      /* mix level: a call's parent is the innermost module, or "optimizer" */
     char inputs, outputs, numbers;
+    PyObject *torch_function;      /* this mode's bound __torch_function__, for Handler_getattr */
+    unsigned int torch_function_of; /* the version tag of the class it was looked up in */
 } Handler;
 
 static PyObject *S_forward_on, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
@@ -995,6 +997,34 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
     return out;
 }
 
+/* tp_getattr: the attribute named by a C string. PyTorch looks up a mode's `__torch_function__` that way twice
+   for every call it hands to the mode, the ones that only pass through included (PyObject_FastGetAttrString,
+   then PyObject_CallMethod): by default each makes a str of the name, looks it up in the class and the
+   instance, and binds a new method object. Here the bound method is made once and handed out again while the
+   class is unchanged (its version tag: any change of a class attribute, here or in a base, gives the class a
+   new one). The instance's own dict is the debugger's and never holds that name. Every other name: the usual
+   lookup. */
+static PyObject *Handler_getattr(Handler *h, char *name) {
+    PyTypeObject *kind = Py_TYPE(h);
+    int wanted = strcmp(name, "__torch_function__") == 0;
+    if (wanted && h->torch_function != NULL && kind->tp_version_tag != 0 &&
+        kind->tp_version_tag == h->torch_function_of) {
+        Py_INCREF(h->torch_function);
+        return h->torch_function;
+    }
+    PyObject *key = PyUnicode_FromString(name);
+    if (key == NULL)
+        return NULL;
+    PyObject *value = PyObject_GetAttr((PyObject *)h, key);
+    Py_DECREF(key);
+    if (wanted && value != NULL && kind->tp_version_tag != 0) { /* the lookup gave the class a version tag */
+        Py_INCREF(value);
+        Py_XSETREF(h->torch_function, value);
+        h->torch_function_of = kind->tp_version_tag;
+    }
+    return value;
+}
+
 #define FIELDS(X)                                                                                          \
     X(table) X(session) X(encode) X(seal) X(record_type) X(grad_enabled) X(file_known) X(file_new) X(quiet)   \
     X(report) X(twin) X(call_type) X(before) X(after) X(abandon) X(current)
@@ -1021,6 +1051,10 @@ static PyObject *Handler_bind(Handler *h, PyObject *args) {
     h->inputs = (char)inputs;
     h->outputs = (char)outputs;
     h->numbers = (char)numbers;
+    PyTypeObject *kind = Py_TYPE(h);
+    if (kind->tp_getattr == NULL && kind->tp_getattro == PyObject_GenericGetAttr)
+        kind->tp_getattr = (getattrfunc)Handler_getattr; /* a Python subclass does not inherit it: type_new's
+                                                            slot update sets it to NULL */
     Py_RETURN_NONE;
 }
 
@@ -1088,6 +1122,7 @@ static int Handler_traverse(Handler *h, visitproc visit, void *arg) {
     GRAD_FIELDS(VISIT)
     Py_VISIT(h->bare);
     Py_VISIT(h->mode_count);
+    Py_VISIT(h->torch_function);
     return 0;
 }
 
@@ -1097,6 +1132,7 @@ static int Handler_clear(Handler *h) {
     GRAD_FIELDS(CLEAR)
     Py_CLEAR(h->bare);
     Py_CLEAR(h->mode_count);
+    Py_CLEAR(h->torch_function);
     h->record_slots.type = NULL; /* borrowed from record_type */
     h->grads_in_c = 0;
     return 0;
@@ -1135,6 +1171,8 @@ static PyTypeObject HandlerType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The C side of ApiCapture (a base class of it): its __torch_function__ (see the module).",
     .tp_new = PyType_GenericNew,
+    .tp_getattr = (getattrfunc)Handler_getattr,
+    .tp_getattro = PyObject_GenericGetAttr, /* both, or neither is inherited */
     .tp_methods = HANDLER_METHODS,
     .tp_members = HANDLER_MEMBERS,
     .tp_traverse = (traverseproc)Handler_traverse,
