@@ -32,8 +32,13 @@ Used only while no tensor file is written for the record (the file names need ea
 #include "_weakref.h"
 
 static FastStatsApi *STATS;
-static PyObject *S_version, *S_dtype, *S_is_cpu, *S_layout, *S_is_neg,
-    *S_data_ptr, *S_shape, *S_stride, *S_requires_grad, *S_type, *S_value, *S_torch_tensor;
+static PyObject *S_type, *S_value, *S_torch_tensor;
+
+/* The tensor's attributes and methods read here, in the order of READ_NAMES. */
+enum { R_VERSION, R_DTYPE, R_IS_CPU, R_LAYOUT, R_SHAPE, R_REQUIRES_GRAD, R_IS_NEG, R_STRIDE, R_DATA_PTR, N_READS };
+static const char *const READ_NAMES[N_READS] = {"_version", "dtype",  "is_cpu", "layout",  "shape",
+                                                "requires_grad", "is_neg", "stride", "data_ptr"};
+static PyObject *READ_STRS[N_READS];
 static PyObject *TYPE_NAMES[4]; /* "bool", "int", "float", "str" */
 
 /* Takes an object that can never be part of a reference cycle out of the garbage collector's lists.
@@ -67,6 +72,7 @@ typedef struct {
     int in_c;               /* summaries in C allowed (statistics of values, not md5) */
     PyObject *quiet;        /* torch._C.DisableTorchFunction, for bare(); None without it */
     int lazy;               /* in bare(): torch-function dispatch is turned off around Python code only */
+    PyObject *reads[N_READS]; /* the descriptors of READ_NAMES that every type of tensor_types shares, or NULL */
 } Encoder;
 
 /* `fn(arg)`, or `fn(arg, level)`; in bare() with torch-function dispatch turned off around it: the Python
@@ -91,9 +97,30 @@ static int is_fast_tensor(Encoder *e, PyObject *v) {
     return 0;
 }
 
-/* A bool attribute: 1, 0, or -1 with an exception set. */
-static int attr_bool(PyObject *t, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(t, name);
+/* What the tensor `t` (of one of tensor_types) reads for READ_NAMES[which]: the attribute, or the result of
+   the method, as torch.Tensor defines it. A method set on one tensor object (`t.stride = ...`) must not
+   redirect the kernel's read of the memory that shape, stride() and data_ptr() describe.
+
+   Why the descriptors are kept (Encoder.__init__ finds them in the class): a new summary reads nine of these,
+   and each `PyObject_GetAttr` first looks the name up in the class (a method also in the metaclass) before
+   PyTorch's getter runs; here the getter is called at once, the method through its descriptor. The tensor
+   types are exact types (is_fast_tensor), so the descriptor found in the class is the one the lookup would
+   find; when a type of tensor_types has another one (a subclass overriding it), the lookup is made. */
+static PyObject *read_of(Encoder *e, PyObject *t, int which) {
+    PyObject *descr = e->reads[which];
+    if (descr == NULL)
+        return which < R_IS_NEG ? PyObject_GetAttr(t, READ_STRS[which])
+                                : PyObject_CallMethodNoArgs(t, READ_STRS[which]);
+    if (Py_IS_TYPE(descr, &PyGetSetDescr_Type)) {
+        PyGetSetDef *def = ((PyGetSetDescrObject *)descr)->d_getset;
+        return def->get(t, def->closure);
+    }
+    return PyObject_Vectorcall(descr, &t, 1, NULL); /* a method descriptor checks the type of `t` itself */
+}
+
+/* A bool read: 1, 0, or -1 with an exception set. */
+static int read_bool(Encoder *e, PyObject *t, int which) {
+    PyObject *v = read_of(e, t, which);
     if (v == NULL)
         return -1;
     int r = PyObject_IsTrue(v);
@@ -101,24 +128,28 @@ static int attr_bool(PyObject *t, PyObject *name) {
     return r;
 }
 
-/* t.name() as t's class defines it. The kernel reads the memory that shape, stride() and data_ptr()
-   describe: a method set on one tensor object (`t.stride = ...`) must not redirect the read. */
-static PyObject *call_own(PyObject *t, PyObject *name) {
-    PyObject *method = PyObject_GetAttr((PyObject *)Py_TYPE(t), name);
-    if (method == NULL)
-        return NULL;
-    PyObject *result = PyObject_CallOneArg(method, t);
-    Py_DECREF(method);
-    return result;
-}
-
-static int method_bool(PyObject *t, PyObject *name) {
-    PyObject *v = call_own(t, name);
-    if (v == NULL)
-        return -1;
-    int r = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return r;
+/* Encoder.__init__: the descriptor of each read that the tensor types share, when it is PyTorch's getter or
+   method (see read_of); NULL otherwise. */
+static int find_reads(PyObject *tensor_types, PyObject **reads) {
+    for (int i = 0; i < N_READS; i++) {
+        PyObject *found = NULL;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(tensor_types); k++) {
+            PyObject *kind = PyTuple_GET_ITEM(tensor_types, k);
+            PyObject *descr = PyType_Check(kind) ? _PyType_Lookup((PyTypeObject *)kind, READ_STRS[i]) : NULL;
+            int usable = descr != NULL && (Py_IS_TYPE(descr, i < R_IS_NEG ? &PyGetSetDescr_Type : &PyMethodDescr_Type));
+            if (!usable || (found != NULL && descr != found)) {
+                found = NULL;
+                break;
+            }
+            found = descr;
+        }
+        if (found != NULL && Py_IS_TYPE(found, &PyGetSetDescr_Type) &&
+            ((PyGetSetDescrObject *)found)->d_getset->get == NULL)
+            found = NULL;
+        Py_XINCREF(found);
+        Py_XSETREF(reads[i], found);
+    }
+    return 0;
 }
 
 static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *version);
@@ -137,7 +168,7 @@ static PyObject *for_python(void) {
 /* TorchSummarizer._summarize for the tensors read in place, or Py_None (new reference) when this one is
    for the Python route. NULL only on an error that is not the tensor's (memory). */
 static PyObject *summary_in_c(Encoder *e, PyObject *t, PyObject *version) {
-    PyObject *dtype = PyObject_GetAttr(t, S_dtype);
+    PyObject *dtype = read_of(e, t, R_DTYPE);
     if (dtype == NULL)
         goto python;
     PyObject *kind = PyDict_GetItemWithError(e->kinds, dtype); /* (kind, name): held below, the kernel may */
@@ -370,20 +401,20 @@ static const char *const SUMMARY_SLOTS[] = {"type", "dtype", "shape", "stats", "
    one), is_neg(), layout, shape, stride(), data_ptr(), requires_grad. */
 /* `version`: t._version read before (NULL for an inference tensor). */
 static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *version) {
-    if (attr_bool(t, S_is_cpu) != 1 || method_bool(t, S_is_neg) != 0)
+    if (read_bool(e, t, R_IS_CPU) != 1 || read_bool(e, t, R_IS_NEG) != 0)
         goto python;
-    PyObject *layout = PyObject_GetAttr(t, S_layout);
+    PyObject *layout = read_of(e, t, R_LAYOUT);
     if (layout == NULL)
         goto python;
     Py_DECREF(layout); /* torch.strided lives as long as torch: comparing the pointer is enough */
     if (layout != e->strided)
         goto python;
     Py_ssize_t n = 0, rows = 1, run = 1, stride = 1;
-    PyObject *shape = PyObject_GetAttr(t, S_shape);
-    PyObject *strides = shape ? call_own(t, S_stride) : NULL;
+    PyObject *shape = read_of(e, t, R_SHAPE);
+    PyObject *strides = shape ? read_of(e, t, R_STRIDE) : NULL;
     int fits = strides && layout_of(shape, strides, &n, &rows, &run, &stride) && rows * run == n;
     Py_XDECREF(strides);
-    PyObject *address = fits ? call_own(t, S_data_ptr) : NULL;
+    PyObject *address = fits ? read_of(e, t, R_DATA_PTR) : NULL;
     void *data = address ? PyLong_AsVoidPtr(address) : NULL;
     Py_XDECREF(address);
     if (data == NULL) {
@@ -412,7 +443,7 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
            kernel from reading memory freed while that change is under way (the storage is not held here:
            holding it costs more per summary than the rest). A program that changes a tensor on one thread
            while torch reads it on another is racy with or without the debugger. */
-        PyObject *now = PyObject_GetAttr(t, S_version);
+        PyObject *now = read_of(e, t, R_VERSION);
         int same = now ? PyObject_RichCompareBool(now, version, Py_EQ) : -1;
         Py_XDECREF(now);
         if (same != 1) {
@@ -428,7 +459,7 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
     }
     PyObject *plain = canonical_shape(e, shape);
     Py_DECREF(shape);
-    int grad = plain ? attr_bool(t, S_requires_grad) : -1;
+    int grad = plain ? read_bool(e, t, R_REQUIRES_GRAD) : -1;
     if (grad < 0) {
         Py_XDECREF(plain);
         Py_DECREF(stats);
@@ -464,7 +495,7 @@ static PyObject *fresh_summary(Encoder *e, PyObject *t, PyObject *version) {
 
 /* Summarizer._cached(t): the cached summary while `t` is alive and unchanged, else a new one, cached. */
 static PyObject *leaf(Encoder *e, PyObject *t) {
-    PyObject *version = PyObject_GetAttr(t, S_version);
+    PyObject *version = read_of(e, t, R_VERSION);
     if (version == NULL) { /* an inference tensor keeps no version counter: summarised, never cached */
         if (!PyErr_ExceptionMatches(PyExc_RuntimeError))
             return NULL;
@@ -712,6 +743,7 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     }
 #define KEEP(field, value_) Py_INCREF(value_); Py_XSETREF(e->field, value_);
     KEEP(tensor_types, tensor_types);
+    find_reads(tensor_types, e->reads);
     KEEP(walk, walk_);
     KEEP(cache, cache);
     KEEP(summarize, summarize);
@@ -741,6 +773,8 @@ static int Encoder_traverse(Encoder *e, visitproc visit, void *arg) {
     Py_VISIT(e->shape_of);
     Py_VISIT(e->shapes);
     Py_VISIT(e->quiet);
+    for (int i = 0; i < N_READS; i++)
+        Py_VISIT(e->reads[i]);
     return 0;
 }
 
@@ -755,6 +789,8 @@ static int Encoder_clear(Encoder *e) {
     Py_CLEAR(e->shape_of);
     Py_CLEAR(e->shapes);
     Py_CLEAR(e->quiet);
+    for (int i = 0; i < N_READS; i++)
+        Py_CLEAR(e->reads[i]);
     e->summary_slots.type = NULL; /* borrowed from summary_type */
     return 0;
 }
@@ -837,15 +873,8 @@ PyMODINIT_FUNC PyInit__fast_encode(void) {
 #define INTERN(var, text)                                                                                  \
     if ((var = PyUnicode_InternFromString(text)) == NULL)                                                   \
         return NULL;
-    INTERN(S_version, "_version");
-    INTERN(S_dtype, "dtype");
-    INTERN(S_is_cpu, "is_cpu");
-    INTERN(S_layout, "layout");
-    INTERN(S_is_neg, "is_neg");
-    INTERN(S_data_ptr, "data_ptr");
-    INTERN(S_shape, "shape");
-    INTERN(S_stride, "stride");
-    INTERN(S_requires_grad, "requires_grad");
+    for (int i = 0; i < N_READS; i++)
+        INTERN(READ_STRS[i], READ_NAMES[i]);
     INTERN(S_type, "type");
     INTERN(S_value, "value");
     INTERN(S_torch_tensor, "torch.Tensor");
