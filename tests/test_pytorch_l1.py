@@ -353,6 +353,41 @@ def test_the_stack_walk_in_c_and_in_python_agree(monkeypatch):
     assert "collector.file(" in frames[0] and sum("in nested" in f for f in frames) == 7
 
 
+@pytest.mark.parametrize("depth", [6, 140])  # 140 user frames: more than the C filer reads into its buffer
+def test_calls_from_a_known_place_are_filed_under_its_stack_without_python(depth):
+    """core/_fast_stack.c's Filer files a call from a walk it has seen (its memo), goes on from the walk's key
+    when the walk is new this step, and leaves a new code to Python, on deep stacks too."""
+    import sys
+
+    from msprobe_lite.core import stacks
+
+    collector = stacks.StackCollector(("torch",))
+    assert stacks._Filer is not None and isinstance(collector.file_known, stacks._Filer)  # the set-up builds it
+    found = []
+
+    def nested(d, name):
+        if d:
+            return nested(d - 1, name)
+        frame = sys._getframe(1)  # the calling frame stays at one instruction: the walk is the same each time
+        known = collector.file_known(name, frame)
+        found.append(known if known in (None, True) else (known, collector._walk(frame)))
+        if known is not True:
+            collector.file_new(name, frame, known)
+
+    for step in range(2):
+        for i in range(3):
+            nested(depth, f"s{step}c{i}")
+        (names, frames), = collector.to_json().values()
+        assert names == [f"s{step}c{i}" for i in range(3)]
+        assert sum("in nested" in f for f in frames) == depth
+        collector.reset()
+    # step 0: the codes are new, then the walk is known; step 1: the walk is new to the step (its key, as the
+    # Python walk makes it), then known
+    assert found[0] is None and found[1:3] == [True, True] and found[4:] == [True, True]
+    key, in_python = found[3]
+    assert key == in_python and len(key) >= 2 * depth
+
+
 def test_a_tensor_passed_on_gets_one_hook_for_both_records_unless_changed_in_place(tmp_path, monkeypatch):
     """y is tanh's output and exp's input: one gradient hook fills both backward records. After an in-place
     change the tensor is another autograd node: hooked again, and each record gets its own gradient."""

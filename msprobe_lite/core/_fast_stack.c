@@ -8,6 +8,8 @@ attribute reads and dict probes; here about 0.02 µs.
 #include <Python.h>
 #include <frameobject.h>
 #include <stdint.h>
+#include <stddef.h>
+#include <string.h>
 
 #if PY_VERSION_HEX < 0x030B0000 /* before 3.11 the frame's fields are public */
 static PyCodeObject *frame_code(PyFrameObject *f) {
@@ -128,61 +130,252 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     return walk_from(start, skip, &cache);
 }
 
-/* file(skip, cache, by_offsets, walk_ids, entries, name, frame): StackCollector.file when everything it
+/* Filer(skip, cache, by_offsets, walk_ids, entries)(name, frame): StackCollector.file when everything it
    needs is known already (the frames' codes, the walk, its stack this step): `name` joins its stack's names
    and the result is True. Otherwise what was found for StackCollector.file_new to go on from: the walk's key
    when only the walk or its stack is new, None when a code is (or `frame` is not a frame). `cache`: a
-   bytearray kept with `skip` (see skip_cache_of), or None. */
-static PyObject *file(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7 || !PyDict_Check(args[0]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3]) ||
-        !PyList_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "file(skip, cache, by_offsets, walk_ids, entries, name, frame): "
-                                         "expected a dict, a bytearray or None, two dicts, a list, a name and "
-                                         "a frame");
+   bytearray kept with `skip` (see skip_cache_of), or None.
+
+   Why a type and a memo: every captured call files its name, nearly always from a call site seen before.
+   Making the walk's key (a tuple of ints, two per user frame) to look it up in `by_offsets` costs a list, the
+   ints, the tuple and its hash each time. Here the walk is read into a buffer and looked up in a memo of
+   walks seen before (their frames' code addresses and offsets -> walk id): no object is made. The memo stays
+   valid because `by_offsets` only grows and never gives a key another id, and the collector keeps every code
+   object it decided about alive (a code address names one code). */
+#define MAX_FRAMES 128      /* deeper walks take the key route */
+#define MEMO_SLOTS 4096     /* a power of two; filled to half at most */
+
+typedef struct {
+    Py_uhash_t hash;
+    Py_ssize_t n;       /* values in pairs: 2 per user frame */
+    uintptr_t *pairs;   /* code address, offset, code address, offset, ... */
+    PyObject *walk;     /* the walk id by_offsets gave the key */
+} memo_t;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *skip, *cache, *by_offsets, *walk_ids, *entries;
+    memo_t *memo;
+    Py_ssize_t used;
+} Filer;
+
+/* The user's frames from `start` outwards into pairs[] (their count in *n): 1, 0 when a code is new, -1 when
+   there are more than MAX_FRAMES of them (*n is then 0), -1 with an exception set on error. */
+static int read_walk(PyObject *start, PyObject *skip, skip_cache_t *cache, uintptr_t *pairs, Py_ssize_t *n) {
+    *n = 0;
+    PyFrameObject *frame = (PyFrameObject *)start;
+    Py_INCREF(frame);
+    while (frame != NULL) {
+        PyCodeObject *code = frame_code(frame);
+        int user = is_user_code(skip, cache, code);
+        Py_DECREF(code); /* the frame keeps it alive */
+        if (user < 0 || (user && *n >= 2 * MAX_FRAMES)) {
+            Py_DECREF(frame);
+            if (user >= 0)
+                *n = 0;
+            return user < 0 && !PyErr_Occurred() ? 0 : -1;
+        }
+        if (user) {
+            pairs[(*n)++] = (uintptr_t)code;
+            pairs[(*n)++] = (uintptr_t)(intptr_t)frame_lasti(frame);
+        }
+        PyFrameObject *back = frame_back(frame);
+        Py_DECREF(frame);
+        frame = back;
+    }
+    return 1;
+}
+
+static Py_uhash_t walk_hash(const uintptr_t *pairs, Py_ssize_t n) {
+    Py_uhash_t h = 1469598103934665603ULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = (h ^ (Py_uhash_t)pairs[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The walk's key as StackCollector._walk makes it: (id(code), f_lasti, ...). */
+static PyObject *key_of(const uintptr_t *pairs, Py_ssize_t n) {
+    PyObject *key = PyTuple_New(n);
+    for (Py_ssize_t i = 0; key != NULL && i < n; i++) {
+        PyObject *v = i % 2 == 0 ? PyLong_FromVoidPtr((void *)pairs[i]) : PyLong_FromLong((long)(intptr_t)pairs[i]);
+        if (v == NULL)
+            Py_CLEAR(key);
+        else
+            PyTuple_SET_ITEM(key, i, v);
+    }
+    return key;
+}
+
+/* The memo's slot for the walk: the one holding it, or the empty one where it would go. */
+static memo_t *memo_slot(Filer *f, Py_uhash_t hash, const uintptr_t *pairs, Py_ssize_t n) {
+    for (Py_ssize_t i = (Py_ssize_t)(hash & (MEMO_SLOTS - 1));; i = (i + 1) & (MEMO_SLOTS - 1)) {
+        memo_t *m = &f->memo[i];
+        if (m->walk == NULL ||
+            (m->hash == hash && m->n == n && memcmp(m->pairs, pairs, (size_t)n * sizeof(uintptr_t)) == 0))
+            return m;
+    }
+}
+
+static PyObject *Filer_call(Filer *f, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Filer(name, frame): expected two positional arguments");
         return NULL;
     }
-    if (!PyFrame_Check(args[6]))
+    PyObject *name = args[0], *frame = args[1];
+    if (!PyFrame_Check(frame))
         Py_RETURN_NONE;
-    skip_cache_t cache = skip_cache_of(args[1]);
-    PyObject *key = walk_from(args[6], args[0], &cache);
-    if (key == NULL || key == Py_None)
-        return key;
-    PyObject *walk_id = PyDict_GetItemWithError(args[2], key);
-    PyObject *index = walk_id ? PyDict_GetItemWithError(args[3], walk_id) : NULL;
+    skip_cache_t cache = skip_cache_of(f->cache);
+    uintptr_t pairs[2 * MAX_FRAMES];
+    Py_ssize_t n;
+    int read = read_walk(frame, f->skip, &cache, pairs, &n);
+    if (read == 0 || (read < 0 && PyErr_Occurred()))
+        return read == 0 ? (Py_INCREF(Py_None), Py_None) : NULL;
+    PyObject *key = NULL, *walk = NULL;
+    memo_t *m = NULL;
+    if (read < 0) { /* a walk deeper than the buffer: by its key */
+        if ((key = walk_from(frame, f->skip, &cache)) == NULL || key == Py_None)
+            return key;
+    } else {
+        Py_uhash_t hash = walk_hash(pairs, n);
+        m = memo_slot(f, hash, pairs, n);
+        if (m->walk == NULL) {
+            if ((key = key_of(pairs, n)) == NULL)
+                return NULL;
+        } else {
+            walk = m->walk;
+        }
+        if (walk == NULL) { /* new to the memo: by_offsets may know the key already */
+            walk = PyDict_GetItemWithError(f->by_offsets, key);
+            if (walk != NULL && f->used < MEMO_SLOTS / 2 &&
+                (m->pairs = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(uintptr_t))) != NULL) {
+                memcpy(m->pairs, pairs, (size_t)n * sizeof(uintptr_t));
+                m->hash = hash;
+                m->n = n;
+                Py_INCREF(walk);
+                m->walk = walk;
+                f->used++;
+            }
+        }
+    }
+    if (walk == NULL && key != NULL)
+        walk = PyDict_GetItemWithError(f->by_offsets, key);
+    PyObject *index = walk ? PyDict_GetItemWithError(f->walk_ids, walk) : NULL;
     if (index == NULL) {
         if (PyErr_Occurred()) {
-            Py_DECREF(key);
+            Py_XDECREF(key);
             return NULL;
         }
-        return key;
+        return key != NULL ? key : key_of(pairs, n); /* the walk or its stack is new: file_new goes on */
     }
-    Py_DECREF(key);
+    Py_XDECREF(key);
     Py_ssize_t i = PyLong_AsSsize_t(index);
     if (i == -1 && PyErr_Occurred())
         return NULL;
-    PyObject *entry = i >= 0 && i < PyList_GET_SIZE(args[4]) ? PyList_GET_ITEM(args[4], i) : NULL;
+    PyObject *entry = i >= 0 && i < PyList_GET_SIZE(f->entries) ? PyList_GET_ITEM(f->entries, i) : NULL;
     if (entry == NULL || !PyList_Check(entry) || PyList_GET_SIZE(entry) < 1 ||
         !PyList_Check(PyList_GET_ITEM(entry, 0))) {
-        PyErr_SetString(PyExc_ValueError, "file(): entries[walk_ids[walk]] is not a [names, frames] list");
+        PyErr_SetString(PyExc_ValueError, "Filer: entries[walk_ids[walk]] is not a [names, frames] list");
         return NULL;
     }
-    if (PyList_Append(PyList_GET_ITEM(entry, 0), args[5]) < 0)
+    if (PyList_Append(PyList_GET_ITEM(entry, 0), name) < 0)
         return NULL;
     Py_RETURN_TRUE;
 }
+
+static PyObject *Filer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *skip, *cache, *by_offsets, *walk_ids, *entries;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0) {
+        PyErr_SetString(PyExc_TypeError, "Filer() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!:Filer", &PyDict_Type, &skip, &cache, &PyDict_Type, &by_offsets,
+                          &PyDict_Type, &walk_ids, &PyList_Type, &entries))
+        return NULL;
+    if (cache != Py_None && !PyByteArray_CheckExact(cache)) {
+        PyErr_SetString(PyExc_TypeError, "Filer(): cache must be a bytearray or None");
+        return NULL;
+    }
+    Filer *f = (Filer *)type->tp_alloc(type, 0);
+    if (f == NULL)
+        return NULL;
+    f->vectorcall = (vectorcallfunc)Filer_call;
+    if ((f->memo = PyMem_Calloc(MEMO_SLOTS, sizeof(memo_t))) == NULL) {
+        Py_DECREF(f);
+        return PyErr_NoMemory();
+    }
+#define KEEP(field) Py_INCREF(field); f->field = field;
+    KEEP(skip) KEEP(cache) KEEP(by_offsets) KEEP(walk_ids) KEEP(entries)
+    return (PyObject *)f;
+}
+
+static int Filer_traverse(Filer *f, visitproc visit, void *arg) {
+    Py_VISIT(f->skip);
+    Py_VISIT(f->cache);
+    Py_VISIT(f->by_offsets);
+    Py_VISIT(f->walk_ids);
+    Py_VISIT(f->entries);
+    return 0;
+}
+
+static int Filer_clear(Filer *f) {
+    Py_CLEAR(f->skip);
+    Py_CLEAR(f->cache);
+    Py_CLEAR(f->by_offsets);
+    Py_CLEAR(f->walk_ids);
+    Py_CLEAR(f->entries);
+    return 0;
+}
+
+static void Filer_dealloc(Filer *f) {
+    PyObject_GC_UnTrack(f);
+    Filer_clear(f);
+    if (f->memo != NULL) {
+        for (Py_ssize_t i = 0; i < MEMO_SLOTS; i++) {
+            PyMem_Free(f->memo[i].pairs);
+            Py_XDECREF(f->memo[i].walk);
+        }
+        PyMem_Free(f->memo);
+    }
+    Py_TYPE(f)->tp_free((PyObject *)f);
+}
+
+static PyTypeObject FilerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe_lite.core._fast_stack.Filer",
+    .tp_basicsize = sizeof(Filer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Filer(skip, cache, by_offsets, walk_ids, entries)(name, frame) -> True when name joined the names "
+              "of its known stack; else the walk's key, or None when a code is new: what StackCollector.file_new "
+              "goes on from.",
+    .tp_new = Filer_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Filer, vectorcall),
+    .tp_traverse = (traverseproc)Filer_traverse,
+    .tp_clear = (inquiry)Filer_clear,
+    .tp_dealloc = (destructor)Filer_dealloc,
+};
 
 static PyMethodDef METHODS[] = {
     {"walk", walk, METH_VARARGS,
      "walk(frame, skip, cache=None) -> tuple of (id(code), f_lasti) pairs, flat, for the frames whose id(code) "
      "maps to False in skip, from frame outwards; None when a code is not in skip. cache: a bytearray of a "
      "power-of-two number of pointer-sized slots, zeroed, kept with skip: its decisions, copied."},
-    {"file", (PyCFunction)(void (*)(void))file, METH_FASTCALL,
-     "file(skip, cache, by_offsets, walk_ids, entries, name, frame) -> True when name joined the names of its "
-     "known stack; else the walk's key, or None when a code is new: what StackCollector.file_new goes on "
-     "from."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_stack",
                                     "The stack walk of core/stacks.py in C.", -1, METHODS};
 
-PyMODINIT_FUNC PyInit__fast_stack(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit__fast_stack(void) {
+    if (PyType_Ready(&FilerType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&MODULE);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&FilerType);
+    if (PyModule_AddObject(module, "Filer", (PyObject *)&FilerType) < 0) {
+        Py_DECREF(&FilerType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -8,15 +8,14 @@ frame of every call. Line numbers are taken once, the first time a sequence of o
 """
 from __future__ import annotations
 
-import functools
 import linecache
 import os
 import sys
 
 try:  # the same walk in C (several times faster on deep stacks); optional like the other kernels
-    from ._fast_stack import file as _file_c, walk as _walk_c
+    from ._fast_stack import Filer as _Filer, walk as _walk_c
 except ImportError:  # built without a C compiler
-    _file_c = _walk_c = None
+    _Filer = _walk_c = None
 
 
 def _package_dir(module_name: str) -> str | None:
@@ -50,11 +49,10 @@ class StackCollector:
         self._walk_ids = {}     # walk id -> index in self._entries
         self._entries = []      # [names, frames]
         self._skip_cache = bytearray(8 * 4096)  # the C walk's copy of _skip_code's decisions (_fast_stack.c)
-        # `file` when everything is known already, in C: one call, no Python frame (the dicts and the list
-        # above are therefore emptied in place by reset(), never replaced)
-        self.file_known = (functools.partial(_file_c, self._skip_code, self._skip_cache, self._by_offsets,
-                                             self._walk_ids, self._entries) if _file_c is not None
-                           else _nothing_known)
+        # `file` when everything is known already, in C: one call, no Python frame, no object made (the dicts
+        # and the list above are therefore emptied in place by reset(), never replaced; _by_offsets only grows)
+        self.file_known = (_Filer(self._skip_code, self._skip_cache, self._by_offsets, self._walk_ids,
+                                  self._entries) if _Filer is not None else _nothing_known)
 
     def reset(self) -> None:
         self._stack_ids.clear()
