@@ -261,8 +261,21 @@ static PyObject *call_name(PyObject *prefix, PyObject *api, Py_ssize_t n, const 
 
 /* values.tensor_leaves(v, is_tensor, depth) appended to `found`: 1, or 0 when `v` holds a container this walk
    leaves to Python (a subclass of list, tuple or dict may iterate its own way), -1 on error. */
+/* isinstance(v, torch.Tensor), answered without the metaclass's __instancecheck__ for the values calls pass
+   most: a plain tensor, None, and the exact builtin scalars and containers. */
+static int is_tensor(Handler *h, PyObject *v) {
+    PyTypeObject *kind = Py_TYPE(v);
+    for (Py_ssize_t i = 0; h->plain != NULL && i < PyTuple_GET_SIZE(h->plain); i++)
+        if ((PyObject *)kind == PyTuple_GET_ITEM(h->plain, i))
+            return 1;
+    if (v == Py_None || kind == &PyLong_Type || kind == &PyFloat_Type || kind == &PyBool_Type ||
+        kind == &PyUnicode_Type || kind == &PyTuple_Type || kind == &PyList_Type || kind == &PyDict_Type)
+        return 0;
+    return PyObject_IsInstance(v, h->tensor_type);
+}
+
 static int leaves(Handler *h, PyObject *v, int depth, PyObject *found) {
-    int is = PyObject_IsInstance(v, h->tensor_type);
+    int is = is_tensor(h, v);
     if (is != 0)
         return is < 0 ? -1 : PyList_Append(found, v) < 0 ? -1 : 1;
     if (depth >= h->max_depth)
