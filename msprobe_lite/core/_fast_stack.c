@@ -11,6 +11,8 @@ attribute reads and dict probes; here about 0.02 µs.
 #include <stddef.h>
 #include <string.h>
 
+#include "_module.h"
+
 #if PY_VERSION_HEX < 0x030B0000 /* before 3.11 the frame's fields are public */
 static PyCodeObject *frame_code(PyFrameObject *f) {
     Py_INCREF(f->f_code);
@@ -80,41 +82,59 @@ static int is_user_code(PyObject *skip, skip_cache_t *c, PyCodeObject *code) {
     return user;
 }
 
-/* walk(frame, skip) -> (id(code), f_lasti, id(code), f_lasti, ...) of the frames from `frame` outwards whose
-   code `skip` (id(code) -> bool) maps to False; None as soon as a code is not in `skip` (the caller decides
-   about it, then walks again). `cache`: skip_cache_of(). */
+/* Moves `*frame` (a new reference; NULL at the end) outwards past the next frame whose code `skip` maps to
+   False (a user frame), whose code address and offset go to *code and *lasti: 1 when one was found, 0 at the
+   end of the stack, -1 when a code is not in `skip` yet (or with an exception set). `cache`: skip_cache_of(). */
+static int next_user_frame(PyFrameObject **frame, PyObject *skip, skip_cache_t *cache, uintptr_t *code, int *lasti) {
+    while (*frame != NULL) {
+        PyFrameObject *here = *frame;
+        PyCodeObject *here_code = frame_code(here);
+        int user = is_user_code(skip, cache, here_code);
+        Py_DECREF(here_code); /* the frame keeps it alive */
+        if (user < 0) {
+            Py_CLEAR(*frame);
+            return -1;
+        }
+        if (user) {
+            *code = (uintptr_t)here_code;
+            *lasti = frame_lasti(here);
+        }
+        *frame = frame_back(here);
+        Py_DECREF(here);
+        if (user)
+            return 1;
+    }
+    return 0;
+}
+
+/* walk(frame, skip) -> (id(code), f_lasti, id(code), f_lasti, ...) of the user frames from `frame` outwards
+   (see next_user_frame); None as soon as a code is not in `skip` (the caller decides about it, then walks
+   again). */
 static PyObject *walk_from(PyObject *start, PyObject *skip, skip_cache_t *cache) {
     PyObject *key = PyList_New(0);
     if (key == NULL)
         return NULL;
     PyFrameObject *frame = (PyFrameObject *)start;
     Py_INCREF(frame);
-    while (frame != NULL) {
-        PyCodeObject *code = frame_code(frame);
-        int user = is_user_code(skip, cache, code);
-        Py_DECREF(code); /* the frame keeps it alive */
-        if (user < 0) {
-            Py_DECREF(frame);
+    uintptr_t code;
+    int lasti, found;
+    while ((found = next_user_frame(&frame, skip, cache, &code, &lasti)) == 1) {
+        PyObject *id = PyLong_FromVoidPtr((void *)code);
+        PyObject *offset = id ? PyLong_FromLong(lasti) : NULL;
+        int added = offset != NULL && PyList_Append(key, id) == 0 && PyList_Append(key, offset) == 0;
+        Py_XDECREF(id);
+        Py_XDECREF(offset);
+        if (!added) {
+            Py_XDECREF(frame);
             Py_DECREF(key);
-            if (PyErr_Occurred())
-                return NULL;
-            Py_RETURN_NONE; /* a code seen for the first time */
+            return NULL;
         }
-        if (user) {
-            PyObject *id = PyLong_FromVoidPtr(code);
-            PyObject *lasti = id ? PyLong_FromLong(frame_lasti(frame)) : NULL;
-            int added = lasti != NULL && PyList_Append(key, id) == 0 && PyList_Append(key, lasti) == 0;
-            Py_XDECREF(id);
-            Py_XDECREF(lasti);
-            if (!added) {
-                Py_DECREF(frame);
-                Py_DECREF(key);
-                return NULL;
-            }
-        }
-        PyFrameObject *back = frame_back(frame);
-        Py_DECREF(frame);
-        frame = back;
+    }
+    if (found < 0) {
+        Py_DECREF(key);
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE; /* a code seen for the first time */
     }
     PyObject *out = PyList_AsTuple(key);
     Py_DECREF(key);
@@ -152,10 +172,12 @@ typedef struct {
     PyObject *walk;     /* the walk id by_offsets gave the key */
 } memo_t;
 
+#define FILER_FIELDS(X) X(skip) X(cache) X(by_offsets) X(walk_ids) X(entries)
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *skip, *cache, *by_offsets, *walk_ids, *entries;
+    PyObject *skip, *cache, *by_offsets, *walk_ids, *entries; /* FILER_FIELDS */
     memo_t *memo;
     Py_ssize_t used;
 } Filer;
@@ -166,25 +188,18 @@ static int read_walk(PyObject *start, PyObject *skip, skip_cache_t *cache, uintp
     *n = 0;
     PyFrameObject *frame = (PyFrameObject *)start;
     Py_INCREF(frame);
-    while (frame != NULL) {
-        PyCodeObject *code = frame_code(frame);
-        int user = is_user_code(skip, cache, code);
-        Py_DECREF(code); /* the frame keeps it alive */
-        if (user < 0 || (user && *n >= 2 * MAX_FRAMES)) {
-            Py_DECREF(frame);
-            if (user >= 0)
-                *n = 0;
-            return user < 0 && !PyErr_Occurred() ? 0 : -1;
+    uintptr_t code;
+    int lasti, found;
+    while ((found = next_user_frame(&frame, skip, cache, &code, &lasti)) == 1) {
+        if (*n >= 2 * MAX_FRAMES) {
+            Py_XDECREF(frame);
+            *n = 0;
+            return -1;
         }
-        if (user) {
-            pairs[(*n)++] = (uintptr_t)code;
-            pairs[(*n)++] = (uintptr_t)(intptr_t)frame_lasti(frame);
-        }
-        PyFrameObject *back = frame_back(frame);
-        Py_DECREF(frame);
-        frame = back;
+        pairs[(*n)++] = code;
+        pairs[(*n)++] = (uintptr_t)(intptr_t)lasti;
     }
-    return 1;
+    return found == 0 ? 1 : PyErr_Occurred() ? -1 : 0;
 }
 
 static Py_uhash_t walk_hash(const uintptr_t *pairs, Py_ssize_t n) {
@@ -305,25 +320,19 @@ static PyObject *Filer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return PyErr_NoMemory();
     }
 #define KEEP(field) Py_INCREF(field); f->field = field;
-    KEEP(skip) KEEP(cache) KEEP(by_offsets) KEEP(walk_ids) KEEP(entries)
+    FILER_FIELDS(KEEP)
     return (PyObject *)f;
 }
 
 static int Filer_traverse(Filer *f, visitproc visit, void *arg) {
-    Py_VISIT(f->skip);
-    Py_VISIT(f->cache);
-    Py_VISIT(f->by_offsets);
-    Py_VISIT(f->walk_ids);
-    Py_VISIT(f->entries);
+#define VISIT(field) Py_VISIT(f->field);
+    FILER_FIELDS(VISIT)
     return 0;
 }
 
 static int Filer_clear(Filer *f) {
-    Py_CLEAR(f->skip);
-    Py_CLEAR(f->cache);
-    Py_CLEAR(f->by_offsets);
-    Py_CLEAR(f->walk_ids);
-    Py_CLEAR(f->entries);
+#define CLEAR(field) Py_CLEAR(f->field);
+    FILER_FIELDS(CLEAR)
     return 0;
 }
 
@@ -366,16 +375,5 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_stack",
                                     "The stack walk of core/stacks.py in C.", -1, METHODS};
 
 PyMODINIT_FUNC PyInit__fast_stack(void) {
-    if (PyType_Ready(&FilerType) < 0)
-        return NULL;
-    PyObject *module = PyModule_Create(&MODULE);
-    if (module == NULL)
-        return NULL;
-    Py_INCREF(&FilerType);
-    if (PyModule_AddObject(module, "Filer", (PyObject *)&FilerType) < 0) {
-        Py_DECREF(&FilerType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    return module_with_type(&MODULE, "Filer", &FilerType);
 }

@@ -30,6 +30,7 @@ through `report_failure` and the user's call goes on; an exception of the user's
 #include <structmember.h>
 
 #include "_slots.h"
+#include "_module.h"
 #include "_quiet.h"
 #include "_weakref.h"
 
@@ -1230,16 +1231,7 @@ PyMODINIT_FUNC PyInit__fast_capture(void) {
     INTERN(S_site_hook, "backward hook");
     if ((ZERO = PyLong_FromLong(0)) == NULL)
         return NULL;
-    if ((EMPTY = PyTuple_New(0)) == NULL || PyType_Ready(&HandlerType) < 0 || PyType_Ready(&GradHookType) < 0)
+    if ((EMPTY = PyTuple_New(0)) == NULL || PyType_Ready(&GradHookType) < 0)
         return NULL;
-    PyObject *module = PyModule_Create(&MODULE);
-    if (module == NULL)
-        return NULL;
-    Py_INCREF(&HandlerType);
-    if (PyModule_AddObject(module, "Handler", (PyObject *)&HandlerType) < 0) {
-        Py_DECREF(&HandlerType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    return module_with_type(&MODULE, "Handler", &HandlerType);
 }

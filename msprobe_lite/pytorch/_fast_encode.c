@@ -28,6 +28,7 @@ Used only while no tensor file is written for the record (the file names need ea
 
 #include "_fast_stats.h"
 #include "_slots.h"
+#include "_module.h"
 #include "_quiet.h"
 #include "_weakref.h"
 
@@ -882,16 +883,5 @@ PyMODINIT_FUNC PyInit__fast_encode(void) {
     INTERN(TYPE_NAMES[1], "int");
     INTERN(TYPE_NAMES[2], "float");
     INTERN(TYPE_NAMES[3], "str");
-    if (PyType_Ready(&EncoderType) < 0)
-        return NULL;
-    PyObject *module = PyModule_Create(&MODULE);
-    if (module == NULL)
-        return NULL;
-    Py_INCREF(&EncoderType);
-    if (PyModule_AddObject(module, "Encoder", (PyObject *)&EncoderType) < 0) {
-        Py_DECREF(&EncoderType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    return module_with_type(&MODULE, "Encoder", &EncoderType);
 }
