@@ -274,6 +274,8 @@ def test_the_modes_torch_function_is_looked_up_again_when_its_class_changes(tmp_
     d.start()
     kind = type(d.apis)
     torch.sin(torch.ones(2))  # the bound method is made and kept
+    import gc
+    assert any(getattr(r, "__self__", None) is d.apis for r in gc.get_referents(d.apis))
     seen = []
     original = kind.__torch_function__
 
@@ -291,6 +293,9 @@ def test_the_modes_torch_function_is_looked_up_again_when_its_class_changes(tmp_
     d.step()
     assert torch.cos in seen and torch.tan not in seen
     assert list(data(tmp_path)) == ["Torch.sin.0.forward", "Torch.cos.0.forward", "Torch.tan.0.forward"]
+    # the kept method refers to the mode: stop() lets go of it
+    import gc
+    assert not any(getattr(r, "__self__", None) is d.apis for r in gc.get_referents(d.apis))
 
 
 def test_nothing_recorded_outside_start_stop(tmp_path):

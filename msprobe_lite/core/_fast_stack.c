@@ -238,7 +238,7 @@ static PyObject *Filer_call(Filer *f, PyObject *const *args, size_t nargsf, PyOb
         return NULL;
     }
     PyObject *name = args[0], *frame = args[1];
-    if (!PyFrame_Check(frame))
+    if (f->skip == NULL || !PyFrame_Check(frame)) /* cleared by the collector (tp_clear): Python's walk files it */
         Py_RETURN_NONE;
     skip_cache_t cache = skip_cache_of(f->cache);
     uintptr_t pairs[2 * MAX_FRAMES];
@@ -247,20 +247,17 @@ static PyObject *Filer_call(Filer *f, PyObject *const *args, size_t nargsf, PyOb
     if (read == 0 || (read < 0 && PyErr_Occurred()))
         return read == 0 ? (Py_INCREF(Py_None), Py_None) : NULL;
     PyObject *key = NULL, *walk = NULL;
-    memo_t *m = NULL;
     if (read < 0) { /* a walk deeper than the buffer: by its key */
         if ((key = walk_from(frame, f->skip, &cache)) == NULL || key == Py_None)
             return key;
+        walk = PyDict_GetItemWithError(f->by_offsets, key);
     } else {
         Py_uhash_t hash = walk_hash(pairs, n);
-        m = memo_slot(f, hash, pairs, n);
-        if (m->walk == NULL) {
+        memo_t *m = memo_slot(f, hash, pairs, n);
+        walk = m->walk;
+        if (walk == NULL) { /* new to the memo: by_offsets may know the key already */
             if ((key = key_of(pairs, n)) == NULL)
                 return NULL;
-        } else {
-            walk = m->walk;
-        }
-        if (walk == NULL) { /* new to the memo: by_offsets may know the key already */
             walk = PyDict_GetItemWithError(f->by_offsets, key);
             if (walk != NULL && f->used < MEMO_SLOTS / 2 &&
                 (m->pairs = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(uintptr_t))) != NULL) {
@@ -273,8 +270,6 @@ static PyObject *Filer_call(Filer *f, PyObject *const *args, size_t nargsf, PyOb
             }
         }
     }
-    if (walk == NULL && key != NULL)
-        walk = PyDict_GetItemWithError(f->by_offsets, key);
     PyObject *index = walk ? PyDict_GetItemWithError(f->walk_ids, walk) : NULL;
     if (index == NULL) {
         if (PyErr_Occurred()) {

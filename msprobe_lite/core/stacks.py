@@ -55,6 +55,8 @@ class StackCollector:
                                   self._entries) if _Filer is not None else _nothing_known)
 
     def reset(self) -> None:
+        # _by_offsets and _walk_stacks stay: walk ids are for the process, and the C Filer's memo keeps the ids
+        # it has seen (clearing them here would file calls under other walks' stacks)
         self._stack_ids.clear()
         self._walk_ids.clear()
         self._entries.clear()  # to_json's output keeps the lists of names it was given

@@ -1013,11 +1013,13 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
 
 /* tp_getattr: the attribute named by a C string. PyTorch looks up a mode's `__torch_function__` that way twice
    for every call it hands to the mode, the ones that only pass through included (PyObject_FastGetAttrString,
-   then PyObject_CallMethod): by default each makes a str of the name, looks it up in the class and the
-   instance, and binds a new method object. Here the bound method is made once and handed out again while the
-   class is unchanged (its version tag: any change of a class attribute, here or in a base, gives the class a
-   new one). The instance's own dict is the debugger's and never holds that name. Every other name: the usual
-   lookup. */
+   which uses tp_getattr before Python 3.13, then PyObject_CallMethod, whose PyObject_GetAttrString does on
+   every version): by default each makes a str of the name, looks it up in the class and the instance, and
+   binds a new method object. Here the bound method is made once and handed out again while the class is
+   unchanged (its version tag: any change of a class attribute, here or in a base, gives the class a new one;
+   0 means none and the lookup is made). PyTorch refuses a mode whose `__torch_function__` is not a method of
+   its class, and the instance's own dict is the debugger's. The bound method holds the handler: `release()`
+   (when the mode is popped) lets go of it. Every other name: the usual lookup. */
 static PyObject *Handler_getattr(Handler *h, char *name) {
     PyTypeObject *kind = Py_TYPE(h);
     int wanted = strcmp(name, "__torch_function__") == 0;
@@ -1158,7 +1160,15 @@ static void Handler_dealloc(Handler *h) {
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
+/* release(): lets go of the bound __torch_function__ kept by Handler_getattr (it refers to the handler). */
+static PyObject *Handler_release(Handler *h, PyObject *unused) {
+    Py_CLEAR(h->torch_function);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef HANDLER_METHODS[] = {
+    {"release", (PyCFunction)Handler_release, METH_NOARGS,
+     "release(): lets go of the bound __torch_function__ kept for PyTorch's lookups (see the module)."},
     {"__torch_function__", (PyCFunction)(void (*)(void))Handler_torch_function, METH_FASTCALL | METH_KEYWORDS,
      "__torch_function__(func, types, args=(), kwargs=None): the mode's entry point (see the module)."},
     {"bind_gradients", (PyCFunction)Handler_bind_gradients, METH_VARARGS,

@@ -106,7 +106,10 @@ static int is_fast_tensor(Encoder *e, PyObject *v) {
    and each `PyObject_GetAttr` first looks the name up in the class (a method also in the metaclass) before
    PyTorch's getter runs; here the getter is called at once, the method through its descriptor. The tensor
    types are exact types (is_fast_tensor), so the descriptor found in the class is the one the lookup would
-   find; when a type of tensor_types has another one (a subclass overriding it), the lookup is made. */
+   find; when a type of tensor_types has another one (a subclass overriding it), the lookup is made. A patch
+   of torch.Tensor's class attributes made after the encoder is (`torch.Tensor.shape = ...`) is therefore not
+   followed here, where the Python route would follow it: the kernel reads memory, and PyTorch's own getters
+   are what describe it. */
 static PyObject *read_of(Encoder *e, PyObject *t, int which) {
     PyObject *descr = e->reads[which];
     if (descr == NULL)

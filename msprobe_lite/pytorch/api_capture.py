@@ -248,3 +248,7 @@ class ApiCapture(TorchFunctionMode):
 if FastHandler is not None:
     class _WithFastHandler(FastHandler, ApiCapture):
         """ApiCapture with the C `__torch_function__` first (see the module): made by `ApiCapture.make`."""
+
+        def deactivate(self) -> None:
+            super().deactivate()
+            self.release()  # the bound __torch_function__ kept for PyTorch's lookups refers to the mode
