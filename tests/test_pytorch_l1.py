@@ -358,7 +358,7 @@ def test_the_stack_walk_in_c_and_in_python_agree(monkeypatch):
     assert "collector.file(" in frames[0] and sum("in nested" in f for f in frames) == 7
 
 
-@pytest.mark.parametrize("depth", [6, 140])  # 140 user frames: more than the C filer reads into its buffer
+@pytest.mark.parametrize("depth", [6, 140])  # 140 user frames: more than the C filer reads on the C stack
 def test_calls_from_a_known_place_are_filed_under_its_stack_without_python(depth):
     """core/_fast_stack.c's Filer files a call from a walk it has seen (its memo), goes on from the walk's key
     when the walk is new this step, and leaves a new code to Python, on deep stacks too."""

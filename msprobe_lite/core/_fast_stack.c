@@ -162,7 +162,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
    walks seen before (their frames' code addresses and offsets -> walk id): no object is made. The memo stays
    valid because `by_offsets` only grows and never gives a key another id, and the collector keeps every code
    object it decided about alive (a code address names one code). */
-#define MAX_FRAMES 128      /* deeper walks take the key route */
+#define LOCAL_FRAMES 128    /* user frames read on the C stack; deeper walks go to the heap */
 #define MEMO_SLOTS 4096     /* a power of two; filled to half at most */
 
 typedef struct {
@@ -182,22 +182,43 @@ typedef struct {
     Py_ssize_t used;
 } Filer;
 
-/* The user's frames from `start` outwards into pairs[] (their count in *n): 1, 0 when a code is new, -1 when
-   there are more than MAX_FRAMES of them (*n is then 0), -1 with an exception set on error. */
-static int read_walk(PyObject *start, PyObject *skip, skip_cache_t *cache, uintptr_t *pairs, Py_ssize_t *n) {
-    *n = 0;
+/* A walk read into memory: `pairs` is `local` until the walk outgrows it, then a heap buffer of `size` values. */
+typedef struct {
+    uintptr_t local[2 * LOCAL_FRAMES];
+    uintptr_t *pairs;
+    Py_ssize_t n, size;
+} walk_buf_t;
+
+static void walk_buf_free(walk_buf_t *w) {
+    if (w->pairs != w->local)
+        PyMem_Free(w->pairs);
+}
+
+/* The user's frames from `start` outwards into w (code address, offset, ...): 1, 0 when a code is new, -1
+   with an exception set. w->pairs is to be freed with walk_buf_free() whatever the result. */
+static int read_walk(PyObject *start, PyObject *skip, skip_cache_t *cache, walk_buf_t *w) {
+    w->pairs = w->local;
+    w->n = 0;
+    w->size = 2 * LOCAL_FRAMES;
     PyFrameObject *frame = (PyFrameObject *)start;
     Py_INCREF(frame);
     uintptr_t code;
     int lasti, found;
     while ((found = next_user_frame(&frame, skip, cache, &code, &lasti)) == 1) {
-        if (*n >= 2 * MAX_FRAMES) {
-            Py_XDECREF(frame);
-            *n = 0;
-            return -1;
+        if (w->n + 2 > w->size) { /* a deep stack: a heap buffer, doubled as it grows */
+            uintptr_t *more = PyMem_Malloc((size_t)w->size * 2 * sizeof(uintptr_t));
+            if (more == NULL) {
+                Py_XDECREF(frame);
+                PyErr_NoMemory();
+                return -1;
+            }
+            memcpy(more, w->pairs, (size_t)w->n * sizeof(uintptr_t));
+            walk_buf_free(w);
+            w->pairs = more;
+            w->size *= 2;
         }
-        pairs[(*n)++] = code;
-        pairs[(*n)++] = (uintptr_t)(intptr_t)lasti;
+        w->pairs[w->n++] = code;
+        w->pairs[w->n++] = (uintptr_t)(intptr_t)lasti;
     }
     return found == 0 ? 1 : PyErr_Occurred() ? -1 : 0;
 }
@@ -232,42 +253,24 @@ static memo_t *memo_slot(Filer *f, Py_uhash_t hash, const uintptr_t *pairs, Py_s
     }
 }
 
-static PyObject *Filer_call(Filer *f, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL) {
-        PyErr_SetString(PyExc_TypeError, "Filer(name, frame): expected two positional arguments");
-        return NULL;
-    }
-    PyObject *name = args[0], *frame = args[1];
-    if (f->skip == NULL || !PyFrame_Check(frame)) /* cleared by the collector (tp_clear): Python's walk files it */
-        Py_RETURN_NONE;
-    skip_cache_t cache = skip_cache_of(f->cache);
-    uintptr_t pairs[2 * MAX_FRAMES];
-    Py_ssize_t n;
-    int read = read_walk(frame, f->skip, &cache, pairs, &n);
-    if (read == 0 || (read < 0 && PyErr_Occurred()))
-        return read == 0 ? (Py_INCREF(Py_None), Py_None) : NULL;
-    PyObject *key = NULL, *walk = NULL;
-    if (read < 0) { /* a walk deeper than the buffer: by its key */
-        if ((key = walk_from(frame, f->skip, &cache)) == NULL || key == Py_None)
-            return key;
+/* Filer(name, frame) once the walk is read: True when `name` joined its known stack, else the walk's key. */
+static PyObject *file_walk(Filer *f, PyObject *name, const uintptr_t *pairs, Py_ssize_t n) {
+    PyObject *key = NULL;
+    Py_uhash_t hash = walk_hash(pairs, n);
+    memo_t *m = memo_slot(f, hash, pairs, n);
+    PyObject *walk = m->walk;
+    if (walk == NULL) { /* new to the memo: by_offsets may know the key already */
+        if ((key = key_of(pairs, n)) == NULL)
+            return NULL;
         walk = PyDict_GetItemWithError(f->by_offsets, key);
-    } else {
-        Py_uhash_t hash = walk_hash(pairs, n);
-        memo_t *m = memo_slot(f, hash, pairs, n);
-        walk = m->walk;
-        if (walk == NULL) { /* new to the memo: by_offsets may know the key already */
-            if ((key = key_of(pairs, n)) == NULL)
-                return NULL;
-            walk = PyDict_GetItemWithError(f->by_offsets, key);
-            if (walk != NULL && f->used < MEMO_SLOTS / 2 &&
-                (m->pairs = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(uintptr_t))) != NULL) {
-                memcpy(m->pairs, pairs, (size_t)n * sizeof(uintptr_t));
-                m->hash = hash;
-                m->n = n;
-                Py_INCREF(walk);
-                m->walk = walk;
-                f->used++;
-            }
+        if (walk != NULL && f->used < MEMO_SLOTS / 2 &&
+            (m->pairs = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(uintptr_t))) != NULL) {
+            memcpy(m->pairs, pairs, (size_t)n * sizeof(uintptr_t));
+            m->hash = hash;
+            m->n = n;
+            Py_INCREF(walk);
+            m->walk = walk;
+            f->used++;
         }
     }
     PyObject *index = walk ? PyDict_GetItemWithError(f->walk_ids, walk) : NULL;
@@ -291,6 +294,22 @@ static PyObject *Filer_call(Filer *f, PyObject *const *args, size_t nargsf, PyOb
     if (PyList_Append(PyList_GET_ITEM(entry, 0), name) < 0)
         return NULL;
     Py_RETURN_TRUE;
+}
+
+static PyObject *Filer_call(Filer *f, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Filer(name, frame): expected two positional arguments");
+        return NULL;
+    }
+    PyObject *name = args[0], *frame = args[1];
+    if (f->skip == NULL || !PyFrame_Check(frame)) /* cleared by the collector (tp_clear): Python's walk files it */
+        Py_RETURN_NONE;
+    skip_cache_t cache = skip_cache_of(f->cache);
+    walk_buf_t w;
+    int read = read_walk(frame, f->skip, &cache, &w);
+    PyObject *result = read < 0 ? NULL : read == 0 ? (Py_INCREF(Py_None), Py_None) : file_walk(f, name, w.pairs, w.n);
+    walk_buf_free(&w);
+    return result;
 }
 
 static PyObject *Filer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
