@@ -143,15 +143,34 @@ static int modes_on(Handler *h) {
     return count != 0;
 }
 
-/* 1 when every tensor of `tensors` is of a plain tensor type (no __torch_function__ of its own), 0 if not. */
+/* Whether `kind` is one of the plain tensor types (`plain`: no __torch_function__ of their own). */
+static int is_plain(Handler *h, PyTypeObject *kind) {
+    for (Py_ssize_t i = 0; h->plain != NULL && i < PyTuple_GET_SIZE(h->plain); i++)
+        if ((PyObject *)kind == PyTuple_GET_ITEM(h->plain, i))
+            return 1;
+    return 0;
+}
+
+/* 1 when every tensor of `tensors` is of a plain tensor type, 0 if not. */
 static int all_plain(Handler *h, PyObject *tensors) {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tensors); i++) {
-        int plain = PySequence_Contains(h->plain, (PyObject *)Py_TYPE(PyList_GET_ITEM(tensors, i)));
-        if (plain <= 0)
-            return plain;
-    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tensors); i++)
+        if (!is_plain(h, Py_TYPE(PyList_GET_ITEM(tensors, i))))
+            return 0;
     return 1;
 }
+
+/* isinstance(v, torch.Tensor), answered without the metaclass's __instancecheck__ for the values calls pass
+   most: a plain tensor, None, and the exact builtin scalars and containers. */
+static int is_tensor(Handler *h, PyObject *v) {
+    PyTypeObject *kind = Py_TYPE(v);
+    if (is_plain(h, kind))
+        return 1;
+    if (v == Py_None || kind == &PyLong_Type || kind == &PyFloat_Type || kind == &PyBool_Type ||
+        kind == &PyUnicode_Type || kind == &PyTuple_Type || kind == &PyList_Type || kind == &PyDict_Type)
+        return 0;
+    return PyObject_IsInstance(v, h->tensor_type);
+}
+
 
 /* hasattr(v, name): 1 or 0, -1 with an exception other than AttributeError set (hasattr lets it through). */
 static int has_attr(PyObject *v, PyObject *name) {
@@ -262,19 +281,6 @@ static PyObject *call_name(PyObject *prefix, PyObject *api, Py_ssize_t n, const 
 
 /* values.tensor_leaves(v, is_tensor, depth) appended to `found`: 1, or 0 when `v` holds a container this walk
    leaves to Python (a subclass of list, tuple or dict may iterate its own way), -1 on error. */
-/* isinstance(v, torch.Tensor), answered without the metaclass's __instancecheck__ for the values calls pass
-   most: a plain tensor, None, and the exact builtin scalars and containers. */
-static int is_tensor(Handler *h, PyObject *v) {
-    PyTypeObject *kind = Py_TYPE(v);
-    for (Py_ssize_t i = 0; h->plain != NULL && i < PyTuple_GET_SIZE(h->plain); i++)
-        if ((PyObject *)kind == PyTuple_GET_ITEM(h->plain, i))
-            return 1;
-    if (v == Py_None || kind == &PyLong_Type || kind == &PyFloat_Type || kind == &PyBool_Type ||
-        kind == &PyUnicode_Type || kind == &PyTuple_Type || kind == &PyList_Type || kind == &PyDict_Type)
-        return 0;
-    return PyObject_IsInstance(v, h->tensor_type);
-}
-
 static int leaves(Handler *h, PyObject *v, int depth, PyObject *found) {
     int is = is_tensor(h, v);
     if (is != 0)
@@ -321,9 +327,7 @@ static int any_may_get_grad(PyObject *tensors) {
 /* TorchFramework.on_grad(t, fn) for a plain tensor: the hook goes into its hook dict (made, and registered with
    its autograd node, the first time) under a fresh negative key; the handle joins the step's. */
 static int on_grad(Handler *h, PyObject *t, PyObject *fn) {
-    int plain = PySequence_Contains(h->plain, (PyObject *)Py_TYPE(t));
-    if (plain < 0)
-        return -1;
+    int plain = is_plain(h, Py_TYPE(t));
     PyObject *handle = NULL;
     if (!plain) {
         PyObject *args[] = {t, fn};
@@ -703,10 +707,7 @@ static int quiet_for(Handler *h, PyObject *tensors, int quieted, PyObject **quie
     *quiet = NULL;
     if (quieted)
         return 0;
-    int plain = all_plain(h, tensors);
-    if (plain < 0)
-        return -1;
-    return plain || (*quiet = quiet_enter(h->quiet)) != NULL ? 0 : -1;
+    return all_plain(h, tensors) || (*quiet = quiet_enter(h->quiet)) != NULL ? 0 : -1;
 }
 
 /* CallRecorder.gradients_before: makes the Call (f->call) and hooks the call's inputs. 0 (nothing done) when

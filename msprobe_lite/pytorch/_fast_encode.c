@@ -134,7 +134,7 @@ static int read_bool(Encoder *e, PyObject *t, int which) {
 
 /* Encoder.__init__: the descriptor of each read that the tensor types share, when it is PyTorch's getter or
    method (see read_of); NULL otherwise. */
-static int find_reads(PyObject *tensor_types, PyObject **reads) {
+static void find_reads(PyObject *tensor_types, PyObject **reads) {
     for (int i = 0; i < N_READS; i++) {
         PyObject *found = NULL;
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(tensor_types); k++) {
@@ -153,7 +153,6 @@ static int find_reads(PyObject *tensor_types, PyObject **reads) {
         Py_XINCREF(found);
         Py_XSETREF(reads[i], found);
     }
-    return 0;
 }
 
 static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *version);
