@@ -18,6 +18,7 @@ from models import TinyTransformer
 from msprobe_lite.cli import main as cli
 from msprobe_lite.compare import CompareError, compare
 from msprobe_lite.compare.metrics import stat_error, tensor_metrics
+from msprobe_lite.compare.report import console_line
 from msprobe_lite.pytorch import PrecisionDebugger
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -127,6 +128,21 @@ def test_injected_fault_is_localised_to_the_exact_call(tmp_path, fault, check):
     assert fd["stack"] and "models.py" in fd["stack"][0]
 
 
+def test_the_one_line_answer_names_a_call_only_in_the_target_made_before_the_divergence():
+    counts = {"pass": 5, "warning": 0, "error": 1, "unmatched_target": 2, "unmatched_golden": 0}
+    extra = {"name": "Tensor.mul.0.forward", "stack": ["File m.py, line 9, in forward, \n x = x * 1.001"],
+             "parents": []}
+    divergence = {"name": "Functional.conv2d.1.backward", "golden_name": "Functional.conv2d.1.backward",
+                  "reason": "introduced", "stack": [], "parents": []}
+    pair = {"step": 0, "rank": None, "counts": counts, "first_divergence": divergence,
+            "first_only_in_target": extra}
+    assert console_line(pair) == ("[step 0] first divergence: Functional.conv2d.1.backward -- introduced; before it, "
+                                  "a call only in the target: Tensor.mul.0.forward at File m.py, line 9, in forward: "
+                                  "x = x * 1.001; 5 pass, 0 warning, 1 error, 2 unmatched in target, 0 in golden")
+    pair["first_only_in_target"] = None
+    assert console_line(pair).startswith("[step 0] first divergence: Functional.conv2d.1.backward -- introduced; 5 pass")
+
+
 def test_an_inserted_call_does_not_shift_later_pairs(tmp_path, golden):
     target = dump_transformer(tmp_path / "t", fault="extra")
     s = run(target, golden, tmp_path / "out")
@@ -134,6 +150,11 @@ def test_an_inserted_call_does_not_shift_later_pairs(tmp_path, golden):
     assert pair["first_divergence"] is None
     assert pair["counts"]["error"] == 0
     assert pair["counts"]["unmatched_target"] >= 1 and pair["counts"]["unmatched_golden"] == 0
+    # the one-line answer names the inserted line's first call (`torch.matmul(pos, pos.t())`), and where
+    extra = pair["first_only_in_target"]
+    assert extra["name"] == "Tensor.t.0.forward" and "torch.matmul(self.pos, self.pos.t())" in extra["stack"][0]
+    line = console_line(pair)
+    assert "no divergent call found; a call only in the target: Tensor.t.0.forward at File" in line
     rows = list(csv.DictReader(open(pair["result_file"])))
     aligned = [r for r in rows if r["NPU Name"].startswith("Torch.matmul.1.") and r["Bench Name"]]
     assert aligned and aligned[0]["Bench Name"].startswith("Torch.matmul.0.")

@@ -185,7 +185,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     rows, errors, modules = [], [], {}   # rows: kept only for the .xlsx
     seen_err: dict = {}   # input error of calls already judged: backward records depend on them
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
-    first = None
+    first = extra = None  # extra: the first call only in the target, when it comes before any divergence
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
         stack = target.stacks.get(pair.target) or [] if pair.target else []
@@ -204,6 +204,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             bar(i, len(pairs))
         if verdict.result == UNMATCHED:
             counts["unmatched_target" if pair.target else "unmatched_golden"] += 1
+            if pair.target and first is None and extra is None:
+                extra = {"name": pair.target, "stack": stack, "parents": _parents(target, pair.target)}
             continue
         counts[verdict.result] += 1
         errors.append(verdict.out_err)
@@ -228,7 +230,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             raise CompareError(str(exc)) from None
         files.append(xlsx_path)
     summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
-                    "counts": counts, "first_divergence": first, "result_file": csv_path}
+                    "counts": counts, "first_divergence": first, "first_only_in_target": extra,
+                    "result_file": csv_path}
     return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules}
 
 

@@ -146,11 +146,19 @@ def console_line(pair: dict) -> str:
     c = pair["counts"]
     counts = (f"{c['pass']} pass, {c['warning']} warning, {c['error']} error, "
               f"{c['unmatched_target']} unmatched in target, {c['unmatched_golden']} in golden")
-    fd = pair["first_divergence"]
+    fd, extra = pair["first_divergence"], pair.get("first_only_in_target")
+    # a call the golden run did not make, before any divergence: often the change itself (an added op)
+    only = f"a call only in the target: {extra['name']}{_at(extra)}" if extra else ""
     if fd is None:
-        return f"[{where}] no divergent call found; {counts}"
-    at = f" at {fd['stack'][0]}".replace(", \n ", ": ") if fd.get("stack") else ""
-    return f"[{where}] first divergence: {fd['name']} -- {fd['reason']}{at}; {counts}"
+        head = "no divergent call found" + (f"; {only}" if only else "")
+    else:
+        head = f"first divergence: {fd['name']} -- {fd['reason']}{_at(fd)}" + (f"; before it, {only}" if only else "")
+    return f"[{where}] {head}; {counts}"
+
+
+def _at(found: dict) -> str:
+    """` at File f, line n, in g: source` of a found call's innermost frame, or ""."""
+    return f" at {found['stack'][0]}".replace(", \n ", ": ") if found.get("stack") else ""
 
 
 def _svg_plot(errors: list, width: int = 900, height: int = 180) -> str:
