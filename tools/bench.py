@@ -1,10 +1,19 @@
 """Overhead benchmark: a small transformer training step timed without the debugger and with each level.
 
 Two sizes, as users meet them: `small` (d_model 64, 2 layers, seq 16, batch 4), where per-call overhead
-dominates, and `big` (d_model 256, 4 layers, seq 128, batch 8), where tensor work dominates. Each
-configuration runs in a fresh process (the reference's debugger is a process-wide singleton); the step
+dominates, and `big` (d_model 256, 4 layers, seq 128, batch 8), where tensor work dominates. The step
 time includes start()/stop()/step(), i.e. writing the dump. AdamW's update runs inside start()/stop(), as
 in a user's loop, so L1 also records the optimizer's operations.
+
+The configurations of a size (without the debugger, then each mode) run in one process, interleaved: each
+has its own model, optimizer and debugger, and they take turns in short blocks of steps, the order reversed
+every block. On a shared machine whose speed moves within minutes (the VM these figures come from: the
+small step without the debugger took 6 to 15 ms within one hour), configurations run one after another
+compare the machine's states as much as the debugger; interleaved, each factor compares steps timed side
+by side. Tensor mode, whose writes (hundreds of MB a step) keep the disk busy after its steps, takes turns
+only with steps without the debugger of its own, in a group after the others. `--fresh` runs each
+configuration alone in a fresh process, one after another, as the reference tool must (its debugger is a
+process-wide singleton that patches torch).
 Prints a table of median step times and slowdown factors, records and dump size (KB) per step, and writes JSON.
 The mean step time and the number of full garbage collections in the timed steps are printed beside the
 median: a full collection of a process that imported torch takes 100 to 170 ms here, and how often one comes
@@ -40,7 +49,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SIZES = {"small": dict(d=64, layers=2, seq=16, batch=4), "big": dict(d=256, layers=4, seq=128, batch=8)}
-DEFAULT_STEPS = {"small": 30, "big": 6}  # timed steps per configuration
+DEFAULT_STEPS = {"small": 60, "big": 8}  # timed steps per configuration
+DEFAULT_PER = {"small": 2, "big": 1}    # steps per block when interleaved
 # mode -> (task, level, summary_mode); None = no debugger
 MODES = {"off": None, "L0": ("statistics", "L0", "statistics"), "L1": ("statistics", "L1", "statistics"),
          "mix": ("statistics", "mix", "statistics"), "md5": ("statistics", "L1", "md5"),
@@ -124,52 +134,112 @@ def last_rank_dir(dump_path: str) -> str:
     return os.path.join(dump_path, step, name)
 
 
+class Configuration:
+    """One mode of one size: its own model, optimizer and batch (the same seed for every configuration, so
+    each trains the same way) and its own debugger, dumping to a new folder in `dump_root`. A debugger's
+    module hooks stay on its model between steps (by design, inactive), so configurations share no model:
+    the step without the debugger runs on a model no debugger ever touched."""
+
+    def __init__(self, size: str, mode: str, tool: str, dump_root: str):
+        cfg = SIZES[size]
+        self.size, self.mode, self.tool = size, mode, tool
+        torch.manual_seed(0)
+        self.model = GPT(cfg["d"], cfg["layers"], cfg["seq"])
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.x = torch.randint(0, VOCAB, (cfg["batch"], cfg["seq"]))
+        self.y = torch.randint(0, VOCAB, (cfg["batch"], cfg["seq"]))
+        self.folder = tempfile.mkdtemp(prefix=f"{size}_{mode}_", dir=dump_root)
+        self.debugger = None
+        if MODES[mode] is not None:
+            task, level, summary = MODES[mode]
+            config = {"task": task, "level": level, "dump_path": self.folder,
+                      "statistics": {"summary_mode": summary}}
+            with open(os.path.join(self.folder, "config.json"), "w") as f:
+                json.dump(config, f)
+            self.debugger = debugger_class(tool)(os.path.join(self.folder, "config.json"))
+        self.times: list = []
+        self.full_collections = 0
+
+    def step(self, timed: bool) -> None:
+        """One training step; when `timed`, its wall time and the full collections that ran in it count."""
+        before = FULL_COLLECTIONS[0]
+        t0 = time.perf_counter()
+        train_step(self.model, self.opt, self.x, self.y, self.debugger)
+        if timed:
+            self.times.append(time.perf_counter() - t0)
+            self.full_collections += FULL_COLLECTIONS[0] - before
+
+    def result(self) -> dict:
+        out = {"tool": self.tool, "size": self.size, "mode": self.mode,
+               "median_ms": statistics.median(self.times) * 1e3, "mean_ms": statistics.mean(self.times) * 1e3,
+               "steps": len(self.times), "full_gc": self.full_collections}
+        if self.debugger:
+            last = last_rank_dir(self.folder)
+            with open(os.path.join(last, "dump.json")) as f:
+                out["records_per_step"] = len(json.load(f)["data"])
+            out["bytes_per_step"] = sum(os.path.getsize(os.path.join(folder, n))
+                                        for folder, _, names in os.walk(last) for n in names)
+        return out
+
+
+FULL_COLLECTIONS = [0]  # full garbage collections so far in this process
+
+
+def _count_full(phase, info) -> None:
+    if phase == "start" and info["generation"] == 2:
+        FULL_COLLECTIONS[0] += 1
+
+
+WRITES_TENSORS = {"tensor"}  # modes that write hundreds of MB a step
+
+
+def mode_groups(modes) -> list:
+    """The modes interleaved together: the statistics modes in one group, each mode that writes tensors in a
+    group of its own, with its own steps without the debugger (the disk's work for its writes would fall on
+    whatever runs next to it)."""
+    light = [m for m in modes if m not in WRITES_TENSORS]
+    return ([light] if light else []) + [[m] for m in modes if m in WRITES_TENSORS]
+
+
+def run_interleaved(size: str, modes, steps: int, per: int, warmup: int, dump_root: str) -> list:
+    """Every configuration of `size` (without the debugger first) in this process, in blocks of `per` steps
+    that take turns, the order reversed every block: the machine's slow and fast minutes fall on all of
+    them alike, and each factor compares steps timed side by side. `warmup` untimed rounds of one step each
+    come first. Returns one result per configuration, with `slowdown` against the first."""
+    configurations = [Configuration(size, mode, "msprobe_lite", dump_root) for mode in ["off", *modes]]
+    blocks = -(-steps // per)
+    gc.callbacks.append(_count_full)
+    try:
+        for i in range(warmup + blocks):
+            timed = i >= warmup
+            for configuration in configurations if i % 2 == 0 else configurations[::-1]:
+                for _ in range(per if timed else 1):
+                    configuration.step(timed)
+    finally:
+        gc.callbacks.remove(_count_full)
+    rows = [c.result() for c in configurations]
+    for row in rows[1:]:
+        row["slowdown"] = row["median_ms"] / rows[0]["median_ms"]
+    return rows
+
+
 def run(size: str, mode: str, steps: int, warmup: int, tool: str = "msprobe_lite",
         dump_root: str | None = None) -> dict:
-    """One configuration's timings; its dump goes to a new folder in `dump_root`, left there (the caller
-    removes the root at the end), or, without one, to a temporary folder removed on return."""
+    """One configuration alone (the caller runs it in a fresh process: `--fresh`, and the reference tool,
+    whose debugger is a process-wide singleton that patches torch). Its dump goes to a new folder in
+    `dump_root`, left there (the caller removes the root at the end), or, without one, to a temporary folder
+    removed on return."""
     if dump_root is None:
         with tempfile.TemporaryDirectory() as root:
             return run(size, mode, steps, warmup, tool, root)
-    cfg = SIZES[size]
-    torch.manual_seed(0)
-    model = GPT(cfg["d"], cfg["layers"], cfg["seq"])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randint(0, VOCAB, (cfg["batch"], cfg["seq"]))
-    y = torch.randint(0, VOCAB, (cfg["batch"], cfg["seq"]))
-    tmp = tempfile.mkdtemp(prefix=f"{size}_{mode}_", dir=dump_root)
-    debugger = None
-    if MODES[mode] is not None:
-        task, level, summary = MODES[mode]
-        config = {"task": task, "level": level, "dump_path": tmp, "statistics": {"summary_mode": summary}}
-        with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(config, f)
-        debugger = debugger_class(tool)(os.path.join(tmp, "config.json"))
-    times, full_collections = [], []
-
-    def count_full(phase, info):
-        if phase == "start" and info["generation"] == 2:
-            full_collections.append(1)
-    gc.callbacks.append(count_full)
+    configuration = Configuration(size, mode, tool, dump_root)
+    gc.callbacks.append(_count_full)
     try:
         for i in range(warmup + steps):
-            if i == warmup:
-                full_collections.clear()
-            t0 = time.perf_counter()
-            train_step(model, opt, x, y, debugger)
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
+            configuration.step(i >= warmup)
     finally:
-        gc.callbacks.remove(count_full)
-    result = {"tool": tool, "size": size, "mode": mode, "median_ms": statistics.median(times) * 1e3,
-              "mean_ms": statistics.mean(times) * 1e3, "full_gc": len(full_collections)}
-    if debugger:
-        last = last_rank_dir(tmp)
-        with open(os.path.join(last, "dump.json")) as f:
-            result["records_per_step"] = len(json.load(f)["data"])
-        result["bytes_per_step"] = sum(os.path.getsize(os.path.join(folder, n))
-                                       for folder, _, names in os.walk(last) for n in names)
-    return result
+        gc.callbacks.remove(_count_full)
+    return configuration.result()
 
 
 def in_fresh_process(size: str, mode: str, steps: int, args, dump_root: str) -> dict:
@@ -184,7 +254,15 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--modes", nargs="+", default=[m for m in MODES if m != "off"],
                         choices=[m for m in MODES if m != "off"])
-    parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 small, 6 big)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed steps per configuration (default: %s)" % ", ".join(
+                            f"{n} {size}" for size, n in DEFAULT_STEPS.items()))
+    parser.add_argument("--per", type=int, default=None,
+                        help="steps per block when interleaved (default: %s)" % ", ".join(
+                            f"{n} {size}" for size, n in DEFAULT_PER.items()))
+    parser.add_argument("--fresh", action="store_true",
+                        help="each configuration in a fresh process, one after another, instead of interleaved "
+                             "in one process (always so for --tool msprobe)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", default="bench_results.json")
     parser.add_argument("--dump-dir", default=None,
@@ -204,6 +282,11 @@ def main(argv=None) -> int:
     try:
         for size in args.sizes:
             steps = args.steps or DEFAULT_STEPS[size]
+            if not args.fresh and args.tool == "msprobe_lite":
+                for group in mode_groups(args.modes):
+                    rows += run_interleaved(size, group, steps, args.per or DEFAULT_PER[size], args.warmup, root)
+                    os.sync()  # what a group wrote reaches the disk before the next group is timed
+                continue
             base = in_fresh_process(size, "off", steps, args, root)
             rows.append(base)
             for mode in args.modes:
@@ -218,7 +301,8 @@ def main(argv=None) -> int:
         print(f"{r['size']:<6} {r['mode']:<6} {r['median_ms']:>10.2f} {r.get('slowdown', 1.0):>8.2f}x "
               f"{r['mean_ms']:>9.2f} {r['full_gc']:>9} {r.get('records_per_step', 0):>13} "
               f"{r.get('bytes_per_step', 0) / 1024:>9.1f}")
-    meta = {"tool": args.tool, "torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
+    meta = {"tool": args.tool, "interleaved": not args.fresh and args.tool == "msprobe_lite",
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
             "machine": platform.machine(), "cpus": os.cpu_count()}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
