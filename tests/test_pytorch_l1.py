@@ -360,8 +360,9 @@ def test_the_stack_walk_in_c_and_in_python_agree(monkeypatch):
 
 @pytest.mark.parametrize("depth", [6, 140])  # 140 user frames: more than the C filer reads on the C stack
 def test_calls_from_a_known_place_are_filed_under_its_stack_without_python(depth):
-    """core/_fast_stack.c's Filer files a call from a walk it has seen (its memo), goes on from the walk's key
-    when the walk is new this step, and leaves a new code to Python, on deep stacks too."""
+    """core/_fast_stack.c's Filer files a call from a walk it has seen (its memo), in every later step too,
+    goes on from the walk's key when the walk is new (its codes known), and leaves a new code to Python, on
+    deep stacks too. stack.json lists a step's stacks in the order of their first call in that step."""
     import sys
 
     from msprobe_lite.core import stacks
@@ -379,17 +380,31 @@ def test_calls_from_a_known_place_are_filed_under_its_stack_without_python(depth
         if known is not True:
             collector.file_new(name, frame, known)
 
-    for step in range(2):
+    def here(name):  # one call site
+        nested(depth, name)
+
+    def there(name):  # another: the same codes below it, another walk and stack
+        nested(depth, name)
+
+    for step in range(3):
+        if step == 2:
+            there("s2x")
         for i in range(3):
-            nested(depth, f"s{step}c{i}")
-        (names, frames), = collector.to_json().values()
-        assert names == [f"s{step}c{i}" for i in range(3)]
-        assert sum("in nested" in f for f in frames) == depth
+            here(f"s{step}c{i}")
+        if step < 2:
+            there(f"s{step}x")
+        (names, frames), (other, other_frames) = collector.to_json().values()
+        if step == 2:  # `there` came first in this step
+            (other, other_frames), (names, frames) = (names, frames), (other, other_frames)
+        assert names == [f"s{step}c{i}" for i in range(3)] and other == [f"s{step}x"]
+        assert sum("in nested" in f for f in frames) == depth and "in here" in frames[depth]
+        assert "in there" in other_frames[depth]
         collector.reset()
-    # step 0: the codes are new, then the walk is known; step 1: the walk is new to the step (its key, as the
-    # Python walk makes it), then known
-    assert found[0] is None and found[1:3] == [True, True] and found[4:] == [True, True]
-    key, in_python = found[3]
+    # step 0: `here`'s codes are new (Python's walk), then its walk is known, and so for `there`; step 1:
+    # everything known, filed in C; step 2: `there` from another line of this function, a new walk of known
+    # codes (its key, as the Python walk makes it), then known
+    assert found[:8] == [None, True, True, None] + [True] * 4 and found[9:] == [True] * 3
+    key, in_python = found[8]
     assert key == in_python and len(key) >= 2 * depth
 
 

@@ -150,11 +150,12 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     return walk_from(start, skip, &cache);
 }
 
-/* Filer(skip, cache, by_offsets, walk_ids, entries)(name, frame): StackCollector.file when everything it
-   needs is known already (the frames' codes, the walk, its stack this step): `name` joins its stack's names
-   and the result is True. Otherwise what was found for StackCollector.file_new to go on from: the walk's key
-   when only the walk or its stack is new, None when a code is (or `frame` is not a frame). `cache`: a
-   bytearray kept with `skip` (see skip_cache_of), or None.
+/* Filer(skip, cache, by_offsets, walk_ids, entries, touched)(name, frame): StackCollector.file when everything
+   it needs is known already (the frames' codes, the walk and its stack): `name` joins its stack's names, the
+   stack's entry joins `touched` (the step's stacks, in order) when it is its first name this step, and the
+   result is True. Otherwise what was found for StackCollector.file_new to go on from: the walk's key when
+   only the walk is new, None when a code is (or `frame` is not a frame). `cache`: a bytearray kept with `skip`
+   (see skip_cache_of), or None.
 
    Why a type and a memo: every captured call files its name, nearly always from a call site seen before.
    Making the walk's key (a tuple of ints, two per user frame) to look it up in `by_offsets` costs a list, the
@@ -172,12 +173,12 @@ typedef struct {
     PyObject *walk;     /* the walk id by_offsets gave the key */
 } memo_t;
 
-#define FILER_FIELDS(X) X(skip) X(cache) X(by_offsets) X(walk_ids) X(entries)
+#define FILER_FIELDS(X) X(skip) X(cache) X(by_offsets) X(walk_ids) X(entries) X(touched)
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *skip, *cache, *by_offsets, *walk_ids, *entries; /* FILER_FIELDS */
+    PyObject *skip, *cache, *by_offsets, *walk_ids, *entries, *touched; /* FILER_FIELDS */
     memo_t *memo;
     Py_ssize_t used;
 } Filer;
@@ -279,7 +280,7 @@ static PyObject *file_walk(Filer *f, PyObject *name, const uintptr_t *pairs, Py_
             Py_XDECREF(key);
             return NULL;
         }
-        return key != NULL ? key : key_of(pairs, n); /* the walk or its stack is new: file_new goes on */
+        return key != NULL ? key : key_of(pairs, n); /* the walk is new: file_new goes on */
     }
     Py_XDECREF(key);
     Py_ssize_t i = PyLong_AsSsize_t(index);
@@ -291,7 +292,8 @@ static PyObject *file_walk(Filer *f, PyObject *name, const uintptr_t *pairs, Py_
         PyErr_SetString(PyExc_ValueError, "Filer: entries[walk_ids[walk]] is not a [names, frames] list");
         return NULL;
     }
-    if (PyList_Append(PyList_GET_ITEM(entry, 0), name) < 0)
+    PyObject *names = PyList_GET_ITEM(entry, 0);
+    if ((PyList_GET_SIZE(names) == 0 && PyList_Append(f->touched, entry) < 0) || PyList_Append(names, name) < 0)
         return NULL;
     Py_RETURN_TRUE;
 }
@@ -313,13 +315,13 @@ static PyObject *Filer_call(Filer *f, PyObject *const *args, size_t nargsf, PyOb
 }
 
 static PyObject *Filer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *skip, *cache, *by_offsets, *walk_ids, *entries;
+    PyObject *skip, *cache, *by_offsets, *walk_ids, *entries, *touched;
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0) {
         PyErr_SetString(PyExc_TypeError, "Filer() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!OO!O!O!:Filer", &PyDict_Type, &skip, &cache, &PyDict_Type, &by_offsets,
-                          &PyDict_Type, &walk_ids, &PyList_Type, &entries))
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!O!:Filer", &PyDict_Type, &skip, &cache, &PyDict_Type, &by_offsets,
+                          &PyDict_Type, &walk_ids, &PyList_Type, &entries, &PyList_Type, &touched))
         return NULL;
     if (cache != Py_None && !PyByteArray_CheckExact(cache)) {
         PyErr_SetString(PyExc_TypeError, "Filer(): cache must be a bytearray or None");
@@ -367,9 +369,9 @@ static PyTypeObject FilerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe_lite.core._fast_stack.Filer",
     .tp_basicsize = sizeof(Filer),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "Filer(skip, cache, by_offsets, walk_ids, entries)(name, frame) -> True when name joined the names "
-              "of its known stack; else the walk's key, or None when a code is new: what StackCollector.file_new "
-              "goes on from.",
+    .tp_doc = "Filer(skip, cache, by_offsets, walk_ids, entries, touched)(name, frame) -> True when name joined "
+              "the names of its known stack (and the stack's entry joined touched, if its first this step); else "
+              "the walk's key, or None when a code is new: what StackCollector.file_new goes on from.",
     .tp_new = Filer_new,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Filer, vectorcall),

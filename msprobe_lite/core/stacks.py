@@ -34,6 +34,12 @@ class StackCollector:
 
     Frames inside the debugger and inside the framework packages (torch, mindspore, ...) are not the user's
     code and are left out, as are the interpreter's frozen import machinery frames.
+
+    Every distinct stack has one entry `[names, frames]` for the process; a step files its calls' names there
+    and lists the entries it used, in the order it first used them (`_touched`: stack.json's order). Keeping
+    the entries, and which walk goes to which, across steps is what lets the C filer file every call of a
+    known call site: when they were made anew each step, each call site's first call of every step (in a
+    model's forward, most calls) went through Python.
     """
 
     def __init__(self, framework_packages=()):
@@ -42,24 +48,24 @@ class StackCollector:
         self._skip_prefixes = tuple(p for p in skip if p)
         self._skip_code = {}    # id(code) -> bool (frame is not user code); ints hash fast, code objects don't
         self._codes = {}        # id(code) -> code: keeps every code object seen alive, so ids stay unique
-        self._formatted = {}    # stack key -> tuple of frame strings
         self._by_offsets = {}   # walk key (code ids and offsets) -> walk id (an int, for this process)
         self._walk_stacks = []  # walk id -> stack key (code ids and lines)
         self._stack_ids = {}    # stack key -> index in self._entries
         self._walk_ids = {}     # walk id -> index in self._entries
-        self._entries = []      # [names, frames]
+        self._entries = []      # [names, frames]: names filed this step (a new list each step)
+        self._touched = []      # the entries with names this step, in the order of their first
         self._skip_cache = bytearray(8 * 4096)  # the C walk's copy of _skip_code's decisions (_fast_stack.c)
-        # `file` when everything is known already, in C: one call, no Python frame, no object made (the dicts
-        # and the list above are therefore emptied in place by reset(), never replaced; _by_offsets only grows)
+        # `file` when everything is known already, in C: one call, no Python frame, no object made (the maps
+        # and lists above only grow, and reset() empties _touched in place: the filer holds them)
         self.file_known = (_Filer(self._skip_code, self._skip_cache, self._by_offsets, self._walk_ids,
-                                  self._entries) if _Filer is not None else _nothing_known)
+                                  self._entries, self._touched) if _Filer is not None else _nothing_known)
 
     def reset(self) -> None:
-        # _by_offsets and _walk_stacks stay: walk ids are for the process, and the C Filer's memo keeps the ids
-        # it has seen (clearing them here would file calls under other walks' stacks)
-        self._stack_ids.clear()
-        self._walk_ids.clear()
-        self._entries.clear()  # to_json's output keeps the lists of names it was given
+        """A new step: no names filed. Walk ids, stacks and entries are for the process (the C filer's memo
+        keeps the walk ids it has seen)."""
+        for entry in self._touched:
+            entry[0] = []  # a new list: to_json's output keeps the one it was given
+        self._touched.clear()
 
     def _skip(self, code) -> bool:
         key = id(code)
@@ -118,7 +124,7 @@ class StackCollector:
         return tuple(lines)
 
     def add(self, name: str, walk: int) -> None:
-        """Files `name` under the stack of `walk` (from `_walk_id`)."""
+        """Files `name` under the stack of `walk` (from `_walk_id`), as the C filer does for known walks."""
         index = self._walk_ids.get(walk)
         if index is None:
             stack = self._walk_stacks[walk]
@@ -127,37 +133,40 @@ class StackCollector:
                 index = self._stack_ids[stack] = len(self._entries)
                 self._entries.append([[], self._format(stack)])
             self._walk_ids[walk] = index
-        self._entries[index][0].append(name)
+        entry = self._entries[index]
+        if not entry[0]:
+            self._touched.append(entry)
+        entry[0].append(name)
 
     def _format(self, key: tuple) -> list:
-        frames = self._formatted.get(key)
-        if frames is None:
-            codes = self._codes
-            frames = self._formatted[key] = tuple(
-                f"File {codes[c].co_filename}, line {line}, in {codes[c].co_name}, \n "
+        codes = self._codes
+        return [f"File {codes[c].co_filename}, line {line}, in {codes[c].co_name}, \n "
                 f"{linecache.getline(codes[c].co_filename, line).strip()}"
-                for c, line in key)
-        return list(frames)
+                for c, line in key]
 
     def unfile(self, name: str) -> None:
-        """Takes `name` back out of the stacks of this step (a call that raised): the latest filing."""
-        for names, _ in reversed(self._entries):
+        """Takes `name` back out of the stacks of this step (a call that raised): the latest filing. A stack
+        left without names leaves the step's list (a later call from there lists it again)."""
+        for i in range(len(self._touched) - 1, -1, -1):
+            names = self._touched[i][0]
             if name in names:
                 names.reverse()  # the latest filing is the last: remove() takes the first
                 names.remove(name)
                 names.reverse()
+                if not names:
+                    del self._touched[i]
                 return
 
     def frames_of(self, name: str) -> list:
         """The frames filed for `name` (forward records), or []."""
-        for names, frames in self._entries:
+        for names, frames in self._touched:
             if name in names:
                 return frames
         return []
 
     def to_json(self) -> dict:
-        """{index: [names, frames]} of the stacks that name a record (`unfile` may have emptied one)."""
-        return {str(i): entry for i, entry in enumerate(e for e in self._entries if e[0])}
+        """{index: [names, frames]} of the stacks that name a record this step, in the order of their first."""
+        return {str(i): entry for i, entry in enumerate(self._touched)}
 
     def __len__(self) -> int:
-        return sum(1 for names, _ in self._entries if names)
+        return len(self._touched)
