@@ -140,7 +140,7 @@ class Configuration:
     module hooks stay on its model between steps (by design, inactive), so configurations share no model:
     the step without the debugger runs on a model no debugger ever touched."""
 
-    def __init__(self, size: str, mode: str, tool: str, dump_root: str):
+    def __init__(self, size: str, mode: str, tool: str, dump_root: str, debugger_type=None):
         cfg = SIZES[size]
         self.size, self.mode, self.tool = size, mode, tool
         torch.manual_seed(0)
@@ -156,17 +156,19 @@ class Configuration:
                       "statistics": {"summary_mode": summary}}
             with open(os.path.join(self.folder, "config.json"), "w") as f:
                 json.dump(config, f)
-            self.debugger = debugger_class(tool)(os.path.join(self.folder, "config.json"))
+            self.debugger = (debugger_type or debugger_class(tool))(os.path.join(self.folder, "config.json"))
         self.times: list = []
+        self.cpu_times: list = []  # the training thread's own CPU time (time it was not running left out)
         self.full_collections = 0
 
     def step(self, timed: bool) -> None:
-        """One training step; when `timed`, its wall time and the full collections that ran in it count."""
+        """One training step; when `timed`, its times and the full collections that ran in it count."""
         before = FULL_COLLECTIONS[0]
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         train_step(self.model, self.opt, self.x, self.y, self.debugger)
         if timed:
             self.times.append(time.perf_counter() - t0)
+            self.cpu_times.append(time.thread_time() - c0)
             self.full_collections += FULL_COLLECTIONS[0] - before
 
     def result(self) -> dict:
@@ -201,13 +203,10 @@ def mode_groups(modes) -> list:
     return ([light] if light else []) + [[m] for m in modes if m in WRITES_TENSORS]
 
 
-def run_interleaved(size: str, modes, steps: int, per: int, warmup: int, dump_root: str) -> list:
-    """Every configuration of `size` (without the debugger first) in this process, in blocks of `per` steps
-    that take turns, the order reversed every block: the machine's slow and fast minutes fall on all of
-    them alike, and each factor compares steps timed side by side. `warmup` untimed rounds of one step each
-    come first. Returns one result per configuration, with `slowdown` against the first."""
-    configurations = [Configuration(size, mode, "msprobe_lite", dump_root) for mode in ["off", *modes]]
-    blocks = -(-steps // per)
+def take_turns(configurations, blocks: int, per: int, warmup: int) -> None:
+    """`warmup` untimed rounds of one step each, then `blocks` rounds of `per` timed steps of each
+    configuration, the order reversed every round: the machine's slow and fast minutes fall on all of them
+    alike (also tools/bench_ab.py's loop)."""
     gc.callbacks.append(_count_full)
     try:
         for i in range(warmup + blocks):
@@ -217,6 +216,14 @@ def run_interleaved(size: str, modes, steps: int, per: int, warmup: int, dump_ro
                     configuration.step(timed)
     finally:
         gc.callbacks.remove(_count_full)
+
+
+def run_interleaved(size: str, modes, steps: int, per: int, warmup: int, dump_root: str) -> list:
+    """Every configuration of `size` (without the debugger first) in this process, taking turns in blocks of
+    `per` steps: each factor compares steps timed side by side. Returns one result per configuration, with
+    `slowdown` against the first."""
+    configurations = [Configuration(size, mode, "msprobe_lite", dump_root) for mode in ["off", *modes]]
+    take_turns(configurations, -(-steps // per), per, warmup)
     rows = [c.result() for c in configurations]
     for row in rows[1:]:
         row["slowdown"] = row["median_ms"] / rows[0]["median_ms"]
