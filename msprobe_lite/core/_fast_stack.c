@@ -340,17 +340,7 @@ static PyObject *Filer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)f;
 }
 
-static int Filer_traverse(Filer *f, visitproc visit, void *arg) {
-#define VISIT(field) Py_VISIT(f->field);
-    FILER_FIELDS(VISIT)
-    return 0;
-}
-
-static int Filer_clear(Filer *f) {
-#define CLEAR(field) Py_CLEAR(f->field);
-    FILER_FIELDS(CLEAR)
-    return 0;
-}
+GC_FIELD_FUNCTIONS(Filer, Filer_traverse, Filer_clear, FILER_FIELDS)
 
 static void Filer_dealloc(Filer *f) {
     PyObject_GC_UnTrack(f);

@@ -1,4 +1,4 @@
-/* A C extension's module with its one public type, for the extensions that define a type. */
+/* A C extension's module with its one public type, and its GC functions, for the extensions that define a type. */
 #ifndef MSPROBE_LITE_MODULE_H
 #define MSPROBE_LITE_MODULE_H
 
@@ -19,5 +19,19 @@ static inline PyObject *module_with_type(PyModuleDef *def, const char *name, PyT
     }
     return module;
 }
+
+/* tp_traverse and tp_clear of a type whose object references are the fields listed by the X-macro FIELDS
+   (FIELDS(X) expands to X(a) X(b) ...): `static int traverse(Type *o, visitproc, void *)`, `clear(Type *o)`. */
+#define GC_FIELD_VISIT_(field) Py_VISIT(o->field);
+#define GC_FIELD_CLEAR_(field) Py_CLEAR(o->field);
+#define GC_FIELD_FUNCTIONS(Type, traverse, clear, FIELDS)                \
+    static int traverse(Type *o, visitproc visit, void *arg) {           \
+        FIELDS(GC_FIELD_VISIT_)                                          \
+        return 0;                                                        \
+    }                                                                    \
+    static int clear(Type *o) {                                          \
+        FIELDS(GC_FIELD_CLEAR_)                                          \
+        return 0;                                                        \
+    }
 
 #endif

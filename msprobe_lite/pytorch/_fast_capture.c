@@ -645,17 +645,7 @@ static PyObject *GradHook_call(GradHook *g, PyObject *args, PyObject *kwargs) {
 
 #define GRAD_HOOK_FIELDS(X) X(places) X(tensor) X(version) X(handler)
 
-static int GradHook_traverse(GradHook *g, visitproc visit, void *arg) {
-#define VISIT_G(f) Py_VISIT(g->f);
-    GRAD_HOOK_FIELDS(VISIT_G)
-    return 0;
-}
-
-static int GradHook_clear(GradHook *g) {
-#define CLEAR_G(f) Py_CLEAR(g->f);
-    GRAD_HOOK_FIELDS(CLEAR_G)
-    return 0;
-}
+GC_FIELD_FUNCTIONS(GradHook, GradHook_traverse, GradHook_clear, GRAD_HOOK_FIELDS)
 
 static void GradHook_dealloc(GradHook *g) {
     PyObject_GC_UnTrack(g);
