@@ -869,6 +869,21 @@ def test_dump_json_written_in_pieces_is_one_json_document(n):
     assert text.count("\n") == n + 1 + (n > 0)            # one record per line
 
 
+def test_construct_and_stack_text_is_what_json_writes():
+    """json_lines writes str, None and nested lists itself: each entry's text is json.dumps's, byte for byte."""
+    from msprobe_lite.core.writer import json_lines
+
+    mapping = {"Torch.add.0.forward": None, "Module.fc.Linear.forward.0": "Module.block.Block.forward.0",
+               "0": [["Torch.add.0.forward", "é \"quoted\" \\ \n"], ["File a.py, line 3, in f, \n x = 1"]],
+               "1": [[], []], "2": "optimizer", "3": [None, "x", [["deep"]]], "4": 3, "5": {"k": [1.5, True]},
+               "ü": [1, 2.25, False]}
+    text = json_lines(mapping)
+    assert json.loads(text) == mapping
+    assert text.split("\n")[1:-2] == [f"{json.dumps(k)}: {json.dumps(v)}," for k, v in mapping.items()][:-1] + \
+        [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in list(mapping.items())[-1:]]
+    assert json_lines({}) == "{}\n"
+
+
 def test_numpy_scalars_json_cannot_hold_still_leave_the_step_written(tmp_path):
     """complex, datetime64 and timedelta64 scalars are written as their text: the step is not lost."""
     import numpy as np
