@@ -67,7 +67,7 @@ class BackwardCall:
             if recorder.outputs:
                 data["output"] = [None] * self.n_in
             self.record = session.add(Record(self.name, data))
-            if recorder.extra:
+            if recorder.parents:
                 session.set_parent(self.name, self.parent)
         slots = self.record.data.get(key)
         if slots is not None and index < len(slots):
@@ -115,6 +115,8 @@ class CallRecorder:
         self.inputs = session.numbers and flt.wants_part("input")
         self.outputs = session.numbers and flt.wants_part("output")
         self.extra = config.extra_info
+        # construct.json's parents: a module hierarchy exists at L0 and mix; at L1 the file is written empty
+        self.parents = self.extra and config.level != "L1"
         # without tensor hooks (MindSpore 2.0) the module backward hook fills every backward call it reaches
         self._always_backward = not framework.tensor_hooks
         # bound once: each attribute lookup and wrapper call below is paid by every captured call
@@ -140,8 +142,9 @@ class CallRecorder:
                 if params is not None:
                     data["parameters"] = {p: self.summarizer.summarize(t, save_as=save_as, path=("parameters", p))
                                           for p, t in params}
-            if self.extra:
+            if self.parents:
                 session.construct[name] = parent  # session.set_parent, inline: this runs for every call
+            if self.extra:
                 session.stacks.file(name, sys._getframe())  # the debugger's own frames are not in stacks
         if self.recording_gradients() and (not filtered or session.filter.wants(bwd_name)):
             with self._quiet():  # reading tensors and hooking them is the debugger's, not the user's

@@ -196,7 +196,7 @@ class Session:
                     self.resolver()
                 records = self._records_to_write()
                 data_file, extra = self._layout()
-                construct = (self.construct if self.config.level != "L1" else {}) if extra else None
+                construct = self.construct if extra else None  # empty at L1: no module hierarchy
                 folder = self.folder()
                 writer.write_step(folder, self.header(), records, self.stacks.to_json() if extra else None,
                                   construct, data_file, self.prepared.take)

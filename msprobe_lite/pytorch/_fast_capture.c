@@ -541,7 +541,7 @@ static int fill(Handler *h, PyObject *backward, PyObject *key, PyObject *index, 
             Py_INCREF(record);
             Py_XSETREF(*at, record);
         }
-        if (rc == 0 && h->file_new != Py_None && /* stacks kept: recorder.extra, the parent too */
+        if (rc == 0 && h->file_new != Py_None && h->has_modules && /* recorder.parents: extra_info, mix */
             ((construct = step_dict(h, S_construct)) == NULL || PyDict_SetItem(construct, name, parent) < 0))
             rc = -1;
         Py_XDECREF(construct);
@@ -821,10 +821,10 @@ static int begin_body(Handler *h, PyObject *entry, PyObject *args, PyObject *kwa
         if (!done)
             goto fail;
     }
-    if (h->file_new != Py_None) {
-        if (construct == NULL && (construct = step_dict(h, S_construct)) == NULL)
+    if (h->file_new != Py_None) { /* stacks kept (recorder.extra); parents at mix only (recorder.parents) */
+        if (h->has_modules && construct == NULL && (construct = step_dict(h, S_construct)) == NULL)
             goto fail;
-        if (PyDict_SetItem(construct, f->name, parent) < 0)
+        if (h->has_modules && PyDict_SetItem(construct, f->name, parent) < 0)
             goto fail;
         PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed: the caller of the torch function */
         PyObject *where[] = {f->name, frame ? frame : Py_None, NULL};
