@@ -143,6 +143,35 @@ def test_the_one_line_answer_names_a_call_only_in_the_target_made_before_the_div
     assert console_line(pair).startswith("[step 0] first divergence: Functional.conv2d.1.backward -- introduced; 5 pass")
 
 
+def test_the_one_line_answer_names_the_first_error_when_no_call_introduced_one():
+    counts = {"pass": 5, "warning": 0, "error": 1, "unmatched_target": 0, "unmatched_golden": 0}
+    error = {"name": "Functional.conv2d.0.forward", "golden_name": "Functional.conv2d.0.forward",
+             "reason": "shape differs: [1, 2] vs [2, 1]", "stack": ["File m.py, line 3, in forward, \n y = conv(x)"],
+             "parents": []}
+    pair = {"step": 0, "rank": None, "counts": counts, "first_divergence": None, "first_only_in_target": None,
+            "first_error": error}
+    assert console_line(pair) == ("[step 0] no divergent call found; first error: Functional.conv2d.0.forward -- "
+                                  "shape differs: [1, 2] vs [2, 1] at File m.py, line 3, in forward: y = conv(x); "
+                                  "5 pass, 0 warning, 1 error, 0 unmatched in target, 0 in golden")
+
+
+@pytest.mark.parametrize("in_err, out_err, introduced, result", [
+    (0.0, 1e-4, True, "error"),        # inputs agree, one fp32 op is off by 1e-4
+    (1.9e-6, 1.99e-6, False, "pass"),  # inputs at the tolerance, the output just as far: nothing introduced
+    (2e-3, 1.78, True, "error"),       # the spec's coarse rule: Adam's first update near its eps, bf16 vs fp32
+    (0.02, 0.3, False, "warning"),     # amplified, not introduced
+])
+def test_a_call_introduces_a_divergence_only_beyond_what_its_inputs_explain(in_err, out_err, introduced, result):
+    from msprobe_lite.compare.judge import Judge, Verdict
+    from msprobe_lite.compare.rows import INPUT, OUTPUT
+
+    verdict = Verdict()
+    fp32_eps = 2.0 ** -23   # tolerance 16 eps: 1.91e-06
+    Judge("statistics")._decide(verdict, {INPUT: [in_err], OUTPUT: [out_err]}, {INPUT: {}, OUTPUT: {}}, fp32_eps,
+                                [], False)
+    assert (verdict.introduced, verdict.result) == (introduced, result), verdict.reasons
+
+
 def test_an_inserted_call_does_not_shift_later_pairs(tmp_path, golden):
     target = dump_transformer(tmp_path / "t", fault="extra")
     s = run(target, golden, tmp_path / "out")

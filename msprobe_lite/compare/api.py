@@ -186,6 +186,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     seen_err: dict = {}   # input error of calls already judged: backward records depend on them
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
     first = extra = None  # extra: the first call only in the target, when it comes before any divergence
+    first_error = None    # the first error of any kind: said when no call introduced a divergence
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
         stack = target.stacks.get(pair.target) or [] if pair.target else []
@@ -215,9 +216,13 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             modules[module] = (max(worst, verdict.out_err), verdict.result if
                                {PASS: 0, WARNING: 1, ERROR: 2}[verdict.result] > {PASS: 0, WARNING: 1, ERROR: 2}[result]
                                else result)
-        if first is None and verdict.introduced:
-            first = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
+        if (first is None and verdict.introduced) or (first_error is None and verdict.result == ERROR):
+            found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
                      "stack": stack, "parents": _parents(target, pair.target)}
+            if first is None and verdict.introduced:
+                first = found
+            if first_error is None and verdict.result == ERROR:
+                first_error = found
     if bar:
         bar.close()
     sink.close()
@@ -231,6 +236,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         files.append(xlsx_path)
     summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
                     "counts": counts, "first_divergence": first, "first_only_in_target": extra,
+                    "first_error": first_error,
                     "result_file": csv_path}
     return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules}
 

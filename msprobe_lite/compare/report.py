@@ -149,8 +149,11 @@ def console_line(pair: dict) -> str:
     fd, extra = pair["first_divergence"], pair.get("first_only_in_target")
     # a call the golden run did not make, before any divergence: often the change itself (an added op)
     only = f"a call only in the target: {extra['name']}{_at(extra)}" if extra else ""
+    error = pair.get("first_error")
     if fd is None:
-        head = "no divergent call found" + (f"; {only}" if only else "")
+        # errors that no call introduced (a shape that differs, NaN already in the inputs): the first is named
+        head = "no divergent call found" + (f"; {only}" if only else "") + \
+            (f"; first error: {error['name']} -- {error['reason']}{_at(error)}" if error else "")
     else:
         head = f"first divergence: {fd['name']} -- {fd['reason']}{_at(fd)}" + (f"; before it, {only}" if only else "")
     return f"[{where}] {head}; {counts}"
@@ -190,9 +193,10 @@ def write_html(path: str, summary: dict, details: list) -> None:
     for d in details:
         p = d["pair"]
         parts.append(f"<h2>step {p['step']} rank {p['rank']}</h2><p>{html.escape(console_line(p))}</p>")
-        fd = p["first_divergence"]
+        fd, title = (p["first_divergence"], "First divergence") if p["first_divergence"] else \
+            (p.get("first_error"), "First error (no call introduced one)")
         if fd:
-            parts.append("<h3>First divergence</h3><table>")
+            parts.append(f"<h3>{title}</h3><table>")
             for key in ("name", "golden_name", "reason"):
                 parts.append(f"<tr><th>{key}</th><td>{html.escape(str(fd[key]))}</td></tr>")
             parts.append(f"<tr><th>parents</th><td>{' &lt; '.join(html.escape(p) for p in fd['parents']) or '-'}</td></tr>")
