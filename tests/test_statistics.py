@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import gc
+import json
 import math
 
 import numpy as np
@@ -456,6 +457,31 @@ def test_c_encoder_reads_rows_of_memory_in_place(monkeypatch):
     assert [i for i, t in enumerate(views) if id(t) in in_python] == [7, 8, 11, 13, 14]
 
 
+def test_md5_of_contiguous_tensors_is_taken_in_c_over_their_memory(tmp_path, monkeypatch):
+    """summary_mode md5: the CRC-32 of a row-major contiguous tensor's bytes is taken in C (zlib_ng over its
+    memory, its storage held); other layouts go to the Python route, which hashes a contiguous copy."""
+    import zlib
+
+    (tmp_path / "c.json").write_text(json.dumps({"task": "statistics", "statistics": {"summary_mode": "md5"}}))
+
+    class Md5Session(_Session):
+        config = load_config(str(tmp_path / "c.json"))
+
+    s = TorchSummarizer(Md5Session())
+    to_python = []
+    monkeypatch.setattr(s, "_summarize", lambda t: to_python.append(t) or TorchSummarizer._summarize(s, t))
+    base = torch.randn(6, 10, generator=torch.Generator().manual_seed(5))
+    dense = [base, base.double(), base.bfloat16(), (base * 100).long(), base > 0, torch.tensor(2.5), base[2:4],
+             base[3], base.unsqueeze(0)]
+    views = [base.t(), base[:, 2:5], base[:, :1], base[::2]]
+    for t in dense + views:
+        raw = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        summary = s.encode(t)
+        assert summary.md5 == f"{zlib.crc32(raw):08x}", t.shape
+        assert summary.stats == TorchSummarizer._summarize(s, t).stats
+    assert [id(t) for t in to_python] == [id(t) for t in views]
+
+
 def test_methods_set_on_a_tensor_object_do_not_redirect_the_read(monkeypatch):
     """The kernel reads the memory shape, stride() and data_ptr() describe: it asks the tensor's class,
     so an attribute set on one tensor object (wrong, or hostile) cannot make it read elsewhere."""
@@ -565,17 +591,21 @@ def test_inference_mode_calls_are_recorded(tmp_path, encoder_route):
         assert out["output"][0]["Norm"] == pytest.approx(float(want.norm()))
 
 
-@pytest.mark.parametrize("kind, level", [("transformer", "L1"), ("transformer", "mix"), ("mlp_inplace", "mix"),
-                                         ("cnn", "L1")])
-def test_c_encoder_and_python_walk_write_the_same_dumps(tmp_path, monkeypatch, kind, level):
-    """Whole dumps of real models, byte for byte: the C route is the Python route, faster."""
+@pytest.mark.parametrize("kind, level, mode", [("transformer", "L1", "statistics"), ("transformer", "mix", "statistics"),
+                                               ("mlp_inplace", "mix", "statistics"), ("cnn", "L1", "statistics"),
+                                               ("transformer", "L1", "md5"), ("cnn", "mix", "md5")])
+def test_c_encoder_and_python_walk_write_the_same_dumps(tmp_path, monkeypatch, kind, level, mode):
+    """Whole dumps of real models, byte for byte: the C route is the Python route, faster. With md5, the C
+    route hashes contiguous tensors over their memory; the transformer's attention views go the Python way."""
     from models import train
 
     from msprobe_lite.pytorch import PrecisionDebugger
 
     def dump(route):
-        path = tmp_path / route
-        train(kind, steps=2, debugger=PrecisionDebugger(dump_path=str(path), task="statistics", level=level))
+        path, config = tmp_path / route, tmp_path / f"{route}.json"
+        config.write_text(json.dumps({"task": "statistics", "level": level, "dump_path": str(path),
+                                      "statistics": {"summary_mode": mode}}))
+        train(kind, steps=2, debugger=PrecisionDebugger(str(config)))
         return dump_files(path)
 
     dumps = []

@@ -15,7 +15,9 @@ What is done here, with the same results as the Python route (tests compare the 
   layouts of summary.py `_rows`), read in place by the one-pass kernel of core/_fast_stats.c; int64 and
   bool tensors of the same layouts are read here, and float values with infinities but no NaN (masked
   attention scores). Every other tensor, float values with NaN, and int64 or float values whose sums could
-  come out differently in another order, are summarised by the Python route (`summarize`).
+  come out differently in another order, are summarised by the Python route (`summarize`);
+- with summary_mode md5, the md5 field (CRC-32 of the raw bytes) of those tensors when they are row-major
+  contiguous, by zlib_ng.crc32 over their memory; other layouts go to the Python route, which copies them.
 Used only while no tensor file is written for the record (the file names need each value's path).
 */
 #define PY_SSIZE_T_CLEAN
@@ -36,9 +38,14 @@ static FastStatsApi *STATS;
 static PyObject *S_type, *S_value, *S_torch_tensor;
 
 /* The tensor's attributes and methods read here, in the order of READ_NAMES. */
-enum { R_VERSION, R_DTYPE, R_IS_CPU, R_LAYOUT, R_SHAPE, R_REQUIRES_GRAD, R_IS_NEG, R_STRIDE, R_DATA_PTR, N_READS };
+enum {
+    R_VERSION, R_DTYPE, R_IS_CPU, R_LAYOUT, R_SHAPE, R_REQUIRES_GRAD, /* attributes */
+    R_IS_NEG, R_STRIDE, R_DATA_PTR, R_UNTYPED_STORAGE,                /* methods */
+    N_READS
+};
 static const char *const READ_NAMES[N_READS] = {"_version", "dtype",  "is_cpu", "layout",  "shape",
-                                                "requires_grad", "is_neg", "stride", "data_ptr"};
+                                                "requires_grad", "is_neg", "stride", "data_ptr",
+                                                "untyped_storage"};
 static PyObject *READ_STRS[N_READS];
 static PyObject *TYPE_NAMES[4]; /* "bool", "int", "float", "str" */
 
@@ -70,7 +77,8 @@ typedef struct {
     PyObject *shapes;       /* records.SHAPES: the shapes it has made canonical */
     slots_t summary_slots;  /* TensorSummary made without its __init__ (see _slots.h), when it can be */
     int max_depth;          /* values.MAX_DEPTH: deeper values go to the Python walk, which ends them */
-    int in_c;               /* summaries in C allowed (statistics of values, not md5) */
+    int in_c;               /* summaries in C allowed */
+    PyObject *crc;          /* summary_mode md5: zlib_ng.crc32, the md5 field's CRC-32 (else None) */
     PyObject *quiet;        /* torch._C.DisableTorchFunction, for bare(); None without it */
     int lazy;               /* in bare(): torch-function dispatch is turned off around Python code only */
     PyObject *reads[N_READS]; /* the descriptors of READ_NAMES that every type of tensor_types shares, or NULL */
@@ -400,6 +408,58 @@ static int layout_of(PyObject *shape, PyObject *strides, Py_ssize_t *n, Py_ssize
 
 static const char *const SUMMARY_SLOTS[] = {"type", "dtype", "shape", "stats", "requires_grad", "md5"};
 
+/* Bytes per value of the kinds read here: the kernel's float32, float64, bfloat16, then int64 and bool. */
+static const Py_ssize_t ITEM_SIZES[KIND_BOOL + 1] = {4, 8, 2, 8, 1};
+
+/* 1 when `strides` are those of a row-major contiguous tensor of `shape` (a size-1 dimension's stride is
+   any): its bytes in memory are the bytes of its values in order, what the md5 field's CRC is taken of. */
+static int c_contiguous(PyObject *shape, PyObject *strides) {
+    if (!PyTuple_Check(shape) || !PyTuple_Check(strides) || PyTuple_GET_SIZE(shape) != PyTuple_GET_SIZE(strides))
+        return 0;
+    Py_ssize_t expected = 1;
+    for (Py_ssize_t i = PyTuple_GET_SIZE(shape) - 1; i >= 0; i--) {
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        Py_ssize_t step = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
+        if ((size == -1 || step == -1) && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (size != 1 && step != expected)
+            return 0;
+        expected *= size;
+    }
+    return 1;
+}
+
+/* The md5 field of summary_mode md5 (pytorch/summary.py crc32_hex: CRC-32 of the raw bytes, 8 hex digits) of
+   the `nbytes` bytes at `data`, by zlib_ng.crc32. That function lets go of the GIL on large buffers, so the
+   tensor's storage is held meanwhile, and the bytes must lie inside it: then no other thread can free them
+   (`t.set_()`, `resize_()`). NULL (no exception set) when they do not: the Python route decides. */
+static PyObject *crc_text(Encoder *e, PyObject *t, const char *data, Py_ssize_t nbytes) {
+    PyObject *storage = read_of(e, t, R_UNTYPED_STORAGE), *start = NULL, *size = NULL, *text = NULL;
+    if (storage != NULL && (start = PyObject_CallMethod(storage, "data_ptr", NULL)) != NULL &&
+        (size = PyObject_CallMethod(storage, "nbytes", NULL)) != NULL) {
+        const char *first = PyLong_AsVoidPtr(start);
+        Py_ssize_t held = PyLong_AsSsize_t(size);
+        if (!PyErr_Occurred() && first != NULL && data >= first && nbytes <= held - (data - first)) {
+            PyObject *view = PyMemoryView_FromMemory((char *)data, nbytes, PyBUF_READ);
+            PyObject *crc = view ? PyObject_CallOneArg(e->crc, view) : NULL;
+            Py_XDECREF(view);
+            unsigned long value = crc ? PyLong_AsUnsignedLong(crc) : 0;
+            Py_XDECREF(crc);
+            char hex[17];
+            if (crc != NULL && !PyErr_Occurred() && snprintf(hex, sizeof hex, "%08lx", value) == 8)
+                text = PyUnicode_FromStringAndSize(hex, 8);
+        }
+    }
+    Py_XDECREF(size);
+    Py_XDECREF(start);
+    Py_XDECREF(storage);
+    if (text == NULL && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
+        PyErr_Clear();
+    return text;
+}
+
 /* summary_in_c once the dtype is one read here. Reads of the tensor: is_cpu (a CPU tensor is not a meta
    one), is_neg(), layout, shape, stride(), data_ptr(), requires_grad. */
 /* `version`: t._version read before (NULL for an inference tensor). */
@@ -416,6 +476,9 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
     PyObject *shape = read_of(e, t, R_SHAPE);
     PyObject *strides = shape ? read_of(e, t, R_STRIDE) : NULL;
     int fits = strides && layout_of(shape, strides, &n, &rows, &run, &stride) && rows * run == n;
+    int md5_mode = e->crc != NULL && e->crc != Py_None;
+    if (fits && md5_mode) /* md5: the bytes as they are in memory must be the values in order */
+        fits = c_contiguous(shape, strides);
     Py_XDECREF(strides);
     PyObject *address = fits ? read_of(e, t, R_DATA_PTR) : NULL;
     void *data = address ? PyLong_AsVoidPtr(address) : NULL;
@@ -438,6 +501,13 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
         else /* NaN, or a float32 lane sum that overflowed: the library route's rules */
             stats = infinite_stats((const char *)data, (int)code, rows, run, stride, out);
     }
+    PyObject *md5 = Py_None;
+    Py_INCREF(md5);
+    if (stats != NULL && md5_mode) {
+        Py_SETREF(md5, crc_text(e, t, (const char *)data, n * ITEM_SIZES[code]));
+        if (md5 == NULL)
+            Py_CLEAR(stats);
+    }
     if (stats != NULL && version != NULL) {
         /* Another thread inside torch (the GIL released there) may have swapped or resized this tensor's
            memory meanwhile, as `t.set_()` or `resize_()`: both change its version, and such statistics go
@@ -455,6 +525,7 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
         }
     }
     if (stats == NULL) {
+        Py_XDECREF(md5);
         Py_DECREF(shape);
         if (PyErr_Occurred())
             return NULL;
@@ -466,16 +537,18 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
     if (grad < 0) {
         Py_XDECREF(plain);
         Py_DECREF(stats);
+        Py_DECREF(md5);
         goto python;
     }
     PyObject *fields[] = {S_torch_tensor, PyTuple_GET_ITEM(kind, 1), plain, stats, grad ? Py_True : Py_False,
-                          Py_None};
+                          md5};
     PyObject *summary = e->summary_slots.type != NULL
                             ? slots_new(&e->summary_slots, fields)
                             : PyObject_CallFunctionObjArgs(e->summary_type, fields[0], fields[1], fields[2],
-                                                           fields[3], fields[4], NULL);
+                                                           fields[3], fields[4], fields[5], NULL);
     Py_DECREF(plain);
     Py_DECREF(stats);
+    Py_DECREF(md5);
     return summary;
 python:
     return for_python();
@@ -717,15 +790,19 @@ static PyObject *Encoder_bare(Encoder *e, PyObject *value) {
 
 static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"tensor_types", "walk", "cache", "summarize", "summary_type", "kinds", "strided",
-                            "shape_of", "shapes", "max_depth", "in_c", "quiet", NULL};
+                            "shape_of", "shapes", "max_depth", "in_c", "quiet", "crc", NULL};
     PyObject *tensor_types, *walk_, *cache, *summarize, *summary_type, *kinds, *strided, *shape_of, *shapes;
-    PyObject *quiet = Py_None;
+    PyObject *quiet = Py_None, *crc = Py_None;
     int max_depth, in_c;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OOO!ip|O:Encoder", names, &PyTuple_Type, &tensor_types,
-                                     &walk_, &PyDict_Type, &cache, &summarize, &summary_type, &PyDict_Type,
-                                     &kinds, &strided, &shape_of, &PyDict_Type, &shapes, &max_depth, &in_c,
-                                     &quiet))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OOO!ip|OO:Encoder", names, &PyTuple_Type,
+                                     &tensor_types, &walk_, &PyDict_Type, &cache, &summarize, &summary_type,
+                                     &PyDict_Type, &kinds, &strided, &shape_of, &PyDict_Type, &shapes, &max_depth,
+                                     &in_c, &quiet, &crc))
         return -1;
+    if (crc != Py_None && !PyCallable_Check(crc)) {
+        PyErr_SetString(PyExc_TypeError, "Encoder(): crc is zlib_ng.crc32 (summary_mode md5) or None");
+        return -1;
+    }
     slots_t summary_slots; /* kept below, once summary_type is: a failed re-init leaves the encoder as it was */
     if (slots_find(&summary_slots, summary_type, SUMMARY_SLOTS, 6) < 0)
         return -1;
@@ -762,6 +839,7 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     e->max_depth = max_depth;
     e->in_c = in_c;
     KEEP(quiet, quiet);
+    KEEP(crc, crc);
     return 0;
 }
 
@@ -776,6 +854,7 @@ static int Encoder_traverse(Encoder *e, visitproc visit, void *arg) {
     Py_VISIT(e->shape_of);
     Py_VISIT(e->shapes);
     Py_VISIT(e->quiet);
+    Py_VISIT(e->crc);
     for (int i = 0; i < N_READS; i++)
         Py_VISIT(e->reads[i]);
     return 0;
@@ -792,6 +871,7 @@ static int Encoder_clear(Encoder *e) {
     Py_CLEAR(e->shape_of);
     Py_CLEAR(e->shapes);
     Py_CLEAR(e->quiet);
+    Py_CLEAR(e->crc);
     for (int i = 0; i < N_READS; i++)
         Py_CLEAR(e->reads[i]);
     e->summary_slots.type = NULL; /* borrowed from summary_type */
