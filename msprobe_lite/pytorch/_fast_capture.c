@@ -1002,6 +1002,83 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
     return out;
 }
 
+/* What PyTorch gets for the mode's `__torch_function__` (Handler_getattr below): the bound method, in an object
+   of this type when the method is the handler's own. Why: for every call it hands to a mode, PyTorch also
+   reads `__torch_function__.__self__` (to refuse a classmethod) by PyObject_FastGetAttrString, which on a
+   bound method makes a str and looks it up in the method's class (a miss in CPython's type cache: the str is
+   new each time). Here `__self__` is the handler at once; the call goes to Handler_torch_function directly;
+   every other attribute is the bound method's. Only C-string lookups get it: `mode.__torch_function__`
+   in Python is the usual bound method. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *bound;   /* the handler's bound __torch_function__ */
+    PyObject *handler; /* its __self__ */
+    vectorcallfunc vectorcall;
+} TorchFunctionCall;
+
+#define TORCH_FUNCTION_CALL_FIELDS(X) X(bound) X(handler)
+
+GC_FIELD_FUNCTIONS(TorchFunctionCall, TorchFunctionCall_traverse, TorchFunctionCall_clear,
+                   TORCH_FUNCTION_CALL_FIELDS)
+
+static void TorchFunctionCall_dealloc(TorchFunctionCall *c) {
+    PyObject_GC_UnTrack(c);
+    TorchFunctionCall_clear(c);
+    PyObject_GC_Del(c);
+}
+
+static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames);
+
+static PyObject *TorchFunctionCall_vectorcall(TorchFunctionCall *c, PyObject *const *args, size_t nargsf,
+                                              PyObject *kwnames) {
+    return Handler_torch_function((Handler *)c->handler, args, PyVectorcall_NARGS(nargsf), kwnames);
+}
+
+static PyObject *TorchFunctionCall_getattr(TorchFunctionCall *c, char *name) {
+    if (strcmp(name, "__self__") == 0) {
+        Py_INCREF(c->handler);
+        return c->handler;
+    }
+    return PyObject_GetAttrString(c->bound, name);
+}
+
+static PyObject *TorchFunctionCall_getattro(TorchFunctionCall *c, PyObject *name) {
+    return PyObject_GetAttr(c->bound, name);
+}
+
+static PyTypeObject TorchFunctionCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe_lite.pytorch._fast_capture.TorchFunctionCall",
+    .tp_basicsize = sizeof(TorchFunctionCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "The handler's bound __torch_function__ as PyTorch's C++ side sees it (see Handler_getattr).",
+    .tp_vectorcall_offset = offsetof(TorchFunctionCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_getattr = (getattrfunc)TorchFunctionCall_getattr,
+    .tp_getattro = (getattrofunc)TorchFunctionCall_getattro,
+    .tp_traverse = (traverseproc)TorchFunctionCall_traverse,
+    .tp_clear = (inquiry)TorchFunctionCall_clear,
+    .tp_dealloc = (destructor)TorchFunctionCall_dealloc,
+};
+
+/* `value` (a new reference, the mode's `__torch_function__`) as a TorchFunctionCall when it is the handler's
+   own bound method, else as it is. */
+static PyObject *torch_function_call(Handler *h, PyObject *value) {
+    if (!PyCFunction_Check(value) || PyCFunction_GET_SELF(value) != (PyObject *)h ||
+        PyCFunction_GET_FUNCTION(value) != (PyCFunction)(void (*)(void))Handler_torch_function)
+        return value;
+    TorchFunctionCall *c = PyObject_GC_New(TorchFunctionCall, &TorchFunctionCallType);
+    if (c == NULL) {
+        Py_DECREF(value);
+        return NULL;
+    }
+    c->bound = value;
+    Py_INCREF(h);
+    c->handler = (PyObject *)h;
+    c->vectorcall = (vectorcallfunc)TorchFunctionCall_vectorcall;
+    PyObject_GC_Track(c);
+    return (PyObject *)c;
+}
+
 /* tp_getattr: the attribute named by a C string. PyTorch looks up a mode's `__torch_function__` that way twice
    for every call it hands to the mode, the ones that only pass through included (PyObject_FastGetAttrString,
    which uses tp_getattr before Python 3.13, then PyObject_CallMethod, whose PyObject_GetAttrString does on
@@ -1024,6 +1101,8 @@ static PyObject *Handler_getattr(Handler *h, char *name) {
         return NULL;
     PyObject *value = PyObject_GetAttr((PyObject *)h, key);
     Py_DECREF(key);
+    if (wanted && value != NULL)
+        value = torch_function_call(h, value);
     if (wanted && value != NULL && kind->tp_version_tag != 0) { /* the lookup gave the class a version tag */
         Py_INCREF(value);
         Py_XSETREF(h->torch_function, value);
@@ -1232,7 +1311,8 @@ PyMODINIT_FUNC PyInit__fast_capture(void) {
     INTERN(S_site_hook, "backward hook");
     if ((ZERO = PyLong_FromLong(0)) == NULL)
         return NULL;
-    if ((EMPTY = PyTuple_New(0)) == NULL || PyType_Ready(&GradHookType) < 0)
+    if ((EMPTY = PyTuple_New(0)) == NULL || PyType_Ready(&GradHookType) < 0 ||
+        PyType_Ready(&TorchFunctionCallType) < 0)
         return NULL;
     return module_with_type(&MODULE, "Handler", &HandlerType);
 }
