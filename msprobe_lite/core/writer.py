@@ -352,6 +352,11 @@ def _json_text(value) -> str:
     if value is None:
         return "null"
     if kind is list:
+        if value and type(value[0]) is str:  # stack.json's names and frames: one C call per item
+            try:
+                return "[" + ", ".join(map(_json_name, value)) + "]"
+            except TypeError:  # not all of them str
+                pass
         return "[" + ", ".join([_json_text(item) for item in value]) + "]"
     return json.dumps(value)
 
