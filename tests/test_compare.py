@@ -160,6 +160,7 @@ def test_the_one_line_answer_names_the_first_error_when_no_call_introduced_one()
     (1.9e-6, 1.99e-6, False, "pass"),  # inputs at the tolerance, the output just as far: nothing introduced
     (2e-3, 1.78, True, "error"),       # the spec's coarse rule: Adam's first update near its eps, bf16 vs fp32
     (0.02, 0.3, False, "warning"),     # amplified, not introduced
+    (1e-6, 2.5e-6, False, "warning"),  # inputs agree, the output beyond the tolerance and 2.5x theirs
 ])
 def test_a_call_introduces_a_divergence_only_beyond_what_its_inputs_explain(in_err, out_err, introduced, result):
     from msprobe_lite.compare.judge import Judge, Verdict
@@ -170,6 +171,16 @@ def test_a_call_introduces_a_divergence_only_beyond_what_its_inputs_explain(in_e
     Judge("statistics")._decide(verdict, {INPUT: [in_err], OUTPUT: [out_err]}, {INPUT: {}, OUTPUT: {}}, fp32_eps,
                                 [], False)
     assert (verdict.introduced, verdict.result) == (introduced, result), verdict.reasons
+
+
+def test_bf16_inputs_within_tolerance_and_an_output_three_times_as_far_is_a_warning():
+    from msprobe_lite.compare.judge import Judge, Verdict
+    from msprobe_lite.compare.rows import INPUT, OUTPUT
+
+    verdict = Verdict()   # bf16: tolerance 16 * 2**-7 = 0.125
+    Judge("statistics")._decide(verdict, {INPUT: [0.05], OUTPUT: [0.17]}, {INPUT: {}, OUTPUT: {}}, 2.0 ** -7, [], False)
+    assert (verdict.introduced, verdict.result) == (False, "warning")
+    assert verdict.reasons == ["amplified: outputs differ by 0.17 of their magnitude, inputs by 0.05"]
 
 
 def test_an_inserted_call_does_not_shift_later_pairs(tmp_path, golden):

@@ -457,29 +457,49 @@ def test_c_encoder_reads_rows_of_memory_in_place(monkeypatch):
     assert [i for i, t in enumerate(views) if id(t) in in_python] == [7, 8, 11, 13, 14]
 
 
-def test_md5_of_contiguous_tensors_is_taken_in_c_over_their_memory(tmp_path, monkeypatch):
-    """summary_mode md5: the CRC-32 of a row-major contiguous tensor's bytes is taken in C (zlib_ng over its
-    memory, its storage held); other layouts go to the Python route, which hashes a contiguous copy."""
-    import zlib
-
-    (tmp_path / "c.json").write_text(json.dumps({"task": "statistics", "statistics": {"summary_mode": "md5"}}))
+def _md5_session(tmp_path):
+    (tmp_path / "md5.json").write_text(json.dumps({"task": "statistics", "statistics": {"summary_mode": "md5"}}))
 
     class Md5Session(_Session):
-        config = load_config(str(tmp_path / "c.json"))
+        config = load_config(str(tmp_path / "md5.json"))
 
-    s = TorchSummarizer(Md5Session())
+    return Md5Session()
+
+
+def test_md5_of_contiguous_tensors_is_taken_in_c(tmp_path, monkeypatch):
+    """summary_mode md5: the CRC-32 of a row-major contiguous tensor's bytes (up to 64 KiB) is taken in C;
+    other layouts and larger tensors go to the Python route, which hashes a contiguous copy."""
+    import zlib
+
+    s = TorchSummarizer(_md5_session(tmp_path))
     to_python = []
     monkeypatch.setattr(s, "_summarize", lambda t: to_python.append(t) or TorchSummarizer._summarize(s, t))
     base = torch.randn(6, 10, generator=torch.Generator().manual_seed(5))
     dense = [base, base.double(), base.bfloat16(), (base * 100).long(), base > 0, torch.tensor(2.5), base[2:4],
-             base[3], base.unsqueeze(0)]
-    views = [base.t(), base[:, 2:5], base[:, :1], base[::2]]
+             base[3], base.unsqueeze(0), torch.ones(16384)]
+    views = [base.t(), base[:, 2:5], base[:, :1], base[::2], torch.ones(16385)]
     for t in dense + views:
         raw = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
         summary = s.encode(t)
         assert summary.md5 == f"{zlib.crc32(raw):08x}", t.shape
         assert summary.stats == TorchSummarizer._summarize(s, t).stats
     assert [id(t) for t in to_python] == [id(t) for t in views]
+
+
+def test_md5_in_c_hashes_a_copy_taken_before_zlib_ng_may_let_go_of_the_gil(tmp_path, monkeypatch):
+    """Holding a tensor's storage would not keep another thread's `resize_()` from freeing its memory while
+    zlib-ng runs without the GIL: the C route hashes a copy of the bytes made with the GIL held."""
+    real = torch_summary.zlib_ng.crc32
+    t = torch.randn(1000, generator=torch.Generator().manual_seed(7))
+    want = f"{real(t.clone().numpy().tobytes()):08x}"  # t.numpy() itself would make its storage unresizable
+
+    def crc_while_another_thread_frees(data, value=0):
+        t.untyped_storage().resize_(0)  # what FSDP does to a parameter it frees
+        return real(data, value)
+
+    monkeypatch.setattr(torch_summary.zlib_ng, "crc32", crc_while_another_thread_frees)
+    summary = TorchSummarizer(_md5_session(tmp_path)).encode(t)
+    assert summary.md5 == want and summary.stats[0] is not None
 
 
 def test_methods_set_on_a_tensor_object_do_not_redirect_the_read(monkeypatch):

@@ -9,6 +9,7 @@ Rules (spec/compare.md), with inputs = args, kwargs, parameters and outputs = re
   tolerance); the spec's coarser rule (inputs within 0.1, an output beyond 0.5) also names a call that
   introduced it (Adam's first update of a parameter whose gradients are near its eps, in bf16 against fp32);
 - warning: the inputs already differ and an output differs more than 10x as much (the call amplified it);
+  or the inputs agree and an output beyond the tolerance differs more than 2x as much as they do;
 - tensor mode adds: error when inputs' One Thousandth ratio > 0.9 and an output's < 0.1; warning when the
   inputs' cosine > 0.9 and an output's cosine is more than 0.1 lower;
 - error: shapes differ; dtypes differ when they are not both floating (bf16 vs fp32 is expected);
@@ -28,6 +29,9 @@ PASS, WARNING, ERROR, UNMATCHED = "pass", "warning", "error", "unmatched"
 _RANK = {PASS: 0, WARNING: 1, ERROR: 2, UNMATCHED: 3}
 TOLERANCE_EPS = 16       # inputs "agree" within this many epsilons of the coarser dtype
 AMPLIFICATION = 10
+# inputs that agree, an output beyond the tolerance but not by more than the inputs' difference plus the
+# tolerance (not introduced): still said when the output differs this many times more than the inputs
+AMPLIFICATION_OF_AGREEING = 2
 
 HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape"]
 TAIL = ["Result", "Err_message", "NPU_Stack_Info"]
@@ -257,7 +261,8 @@ class Judge:
             verdict.introduced = True
             verdict.raise_to(ERROR, f"introduced: outputs differ by {_fmt(out_err)} of their magnitude while "
                                     f"inputs differ by only {_fmt(in_err)}")
-        elif out_err > tol and out_err > AMPLIFICATION * in_err:
+        elif out_err > tol and (out_err > AMPLIFICATION * in_err or
+                                (in_err <= tol and out_err > AMPLIFICATION_OF_AGREEING * in_err)):
             verdict.raise_to(WARNING, f"amplified: outputs differ by {_fmt(out_err)} of their magnitude, inputs by "
                                       f"{_fmt(in_err)}")
         th_in, th_out = extra[INPUT].get("thousandth"), extra[OUTPUT].get("thousandth")

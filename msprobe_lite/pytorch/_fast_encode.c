@@ -17,7 +17,7 @@ What is done here, with the same results as the Python route (tests compare the 
   attention scores). Every other tensor, float values with NaN, and int64 or float values whose sums could
   come out differently in another order, are summarised by the Python route (`summarize`);
 - with summary_mode md5, the md5 field (CRC-32 of the raw bytes) of those tensors when they are row-major
-  contiguous, by zlib_ng.crc32 over their memory; other layouts go to the Python route, which copies them.
+  contiguous and up to 64 KiB, by zlib_ng.crc32 over a copy; other tensors go to the Python route.
 Used only while no tensor file is written for the record (the file names need each value's path).
 */
 #define PY_SSIZE_T_CLEAN
@@ -38,14 +38,9 @@ static FastStatsApi *STATS;
 static PyObject *S_type, *S_value, *S_torch_tensor;
 
 /* The tensor's attributes and methods read here, in the order of READ_NAMES. */
-enum {
-    R_VERSION, R_DTYPE, R_IS_CPU, R_LAYOUT, R_SHAPE, R_REQUIRES_GRAD, /* attributes */
-    R_IS_NEG, R_STRIDE, R_DATA_PTR, R_UNTYPED_STORAGE,                /* methods */
-    N_READS
-};
+enum { R_VERSION, R_DTYPE, R_IS_CPU, R_LAYOUT, R_SHAPE, R_REQUIRES_GRAD, R_IS_NEG, R_STRIDE, R_DATA_PTR, N_READS };
 static const char *const READ_NAMES[N_READS] = {"_version", "dtype",  "is_cpu", "layout",  "shape",
-                                                "requires_grad", "is_neg", "stride", "data_ptr",
-                                                "untyped_storage"};
+                                                "requires_grad", "is_neg", "stride", "data_ptr"};
 static PyObject *READ_STRS[N_READS];
 static PyObject *TYPE_NAMES[4]; /* "bool", "int", "float", "str" */
 
@@ -431,30 +426,26 @@ static int c_contiguous(PyObject *shape, PyObject *strides) {
     return 1;
 }
 
+/* Up to this many bytes, the md5 field's CRC is taken here; a larger tensor goes to the Python route, whose
+   numpy view keeps its memory from being freed or resized while zlib-ng, which lets go of the GIL on large
+   buffers, reads it (there a copy would cost more than that route's few microseconds). */
+#define CRC_IN_C_MAX (64 * 1024)
+
 /* The md5 field of summary_mode md5 (pytorch/summary.py crc32_hex: CRC-32 of the raw bytes, 8 hex digits) of
-   the `nbytes` bytes at `data`, by zlib_ng.crc32. That function lets go of the GIL on large buffers, so the
-   tensor's storage is held meanwhile, and the bytes must lie inside it: then no other thread can free them
-   (`t.set_()`, `resize_()`). NULL (no exception set) when they do not: the Python route decides. */
-static PyObject *crc_text(Encoder *e, PyObject *t, const char *data, Py_ssize_t nbytes) {
-    PyObject *storage = read_of(e, t, R_UNTYPED_STORAGE), *start = NULL, *size = NULL, *text = NULL;
-    if (storage != NULL && (start = PyObject_CallMethod(storage, "data_ptr", NULL)) != NULL &&
-        (size = PyObject_CallMethod(storage, "nbytes", NULL)) != NULL) {
-        const char *first = PyLong_AsVoidPtr(start);
-        Py_ssize_t held = PyLong_AsSsize_t(size);
-        if (!PyErr_Occurred() && first != NULL && data >= first && nbytes <= held - (data - first)) {
-            PyObject *view = PyMemoryView_FromMemory((char *)data, nbytes, PyBUF_READ);
-            PyObject *crc = view ? PyObject_CallOneArg(e->crc, view) : NULL;
-            Py_XDECREF(view);
-            unsigned long value = crc ? PyLong_AsUnsignedLong(crc) : 0;
-            Py_XDECREF(crc);
-            char hex[17];
-            if (crc != NULL && !PyErr_Occurred() && snprintf(hex, sizeof hex, "%08lx", value) == 8)
-                text = PyUnicode_FromStringAndSize(hex, 8);
-        }
-    }
-    Py_XDECREF(size);
-    Py_XDECREF(start);
-    Py_XDECREF(storage);
+   the `nbytes` bytes at `data`, by zlib_ng.crc32 over a copy made with the GIL held: the tensor's memory is
+   read only while no other thread can run (holding its storage would not keep `resize_()` from freeing it),
+   and zlib-ng may then let go of the GIL over the copy. NULL (no exception set) when the Python route is to
+   decide. */
+static PyObject *crc_text(Encoder *e, const char *data, Py_ssize_t nbytes) {
+    PyObject *copy = PyBytes_FromStringAndSize(data, nbytes);
+    PyObject *crc = copy ? PyObject_CallOneArg(e->crc, copy) : NULL;
+    Py_XDECREF(copy);
+    unsigned long value = crc ? PyLong_AsUnsignedLong(crc) : 0;
+    Py_XDECREF(crc);
+    char hex[17];
+    PyObject *text = NULL;
+    if (crc != NULL && !PyErr_Occurred() && snprintf(hex, sizeof hex, "%08lx", value) == 8)
+        text = PyUnicode_FromStringAndSize(hex, 8);
     if (text == NULL && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
         PyErr_Clear();
     return text;
@@ -476,9 +467,10 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
     PyObject *shape = read_of(e, t, R_SHAPE);
     PyObject *strides = shape ? read_of(e, t, R_STRIDE) : NULL;
     int fits = strides && layout_of(shape, strides, &n, &rows, &run, &stride) && rows * run == n;
+    long code = PyLong_AsLong(PyTuple_GET_ITEM(kind, 0));
     int md5_mode = e->crc != NULL && e->crc != Py_None;
-    if (fits && md5_mode) /* md5: the bytes as they are in memory must be the values in order */
-        fits = c_contiguous(shape, strides);
+    if (fits && md5_mode) /* md5: the bytes in memory are the values in order, and few enough to copy */
+        fits = c_contiguous(shape, strides) && n <= CRC_IN_C_MAX / ITEM_SIZES[code];
     Py_XDECREF(strides);
     PyObject *address = fits ? read_of(e, t, R_DATA_PTR) : NULL;
     void *data = address ? PyLong_AsVoidPtr(address) : NULL;
@@ -489,7 +481,6 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
     }
     /* The GIL stays held: a tensor object does not pin its memory (another thread's `t.set_()`, `t.data =`
        or `resize_()` would free it), and with the GIL no Python code runs until the reading is done. */
-    long code = PyLong_AsLong(PyTuple_GET_ITEM(kind, 0));
     PyObject *stats;
     if (code == KIND_INT64 || code == KIND_BOOL) {
         stats = code == KIND_INT64 ? int64_stats((const char *)data, rows, run, stride)
@@ -504,7 +495,7 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
     PyObject *md5 = Py_None;
     Py_INCREF(md5);
     if (stats != NULL && md5_mode) {
-        Py_SETREF(md5, crc_text(e, t, (const char *)data, n * ITEM_SIZES[code]));
+        Py_SETREF(md5, crc_text(e, (const char *)data, n * ITEM_SIZES[code]));
         if (md5 == NULL)
             Py_CLEAR(stats);
     }
