@@ -1029,12 +1029,24 @@ static void TorchFunctionCall_dealloc(TorchFunctionCall *c) {
 
 static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames);
 
+/* 0 while the object holds its method and handler; -1 with an exception once the collector cleared it */
+static int torch_function_call_alive(TorchFunctionCall *c) {
+    if (c->bound != NULL && c->handler != NULL)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "the debugger's __torch_function__ was released");
+    return -1;
+}
+
 static PyObject *TorchFunctionCall_vectorcall(TorchFunctionCall *c, PyObject *const *args, size_t nargsf,
                                               PyObject *kwnames) {
+    if (torch_function_call_alive(c) < 0)
+        return NULL;
     return Handler_torch_function((Handler *)c->handler, args, PyVectorcall_NARGS(nargsf), kwnames);
 }
 
 static PyObject *TorchFunctionCall_getattr(TorchFunctionCall *c, char *name) {
+    if (torch_function_call_alive(c) < 0)
+        return NULL;
     if (strcmp(name, "__self__") == 0) {
         Py_INCREF(c->handler);
         return c->handler;
@@ -1043,6 +1055,8 @@ static PyObject *TorchFunctionCall_getattr(TorchFunctionCall *c, char *name) {
 }
 
 static PyObject *TorchFunctionCall_getattro(TorchFunctionCall *c, PyObject *name) {
+    if (torch_function_call_alive(c) < 0)
+        return NULL;
     return PyObject_GetAttr(c->bound, name);
 }
 
