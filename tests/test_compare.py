@@ -97,6 +97,8 @@ def test_metrics_edge_cases():
     same = {"Max": 1.0, "Min": -1.0, "Mean": 0.0, "Norm": 2.0, "shape": [4]}
     assert stat_error(same, same) == 0
     assert math.isclose(stat_error(dict(same, Mean=1e-4), same), 1e-4)   # relative to magnitude, not to Mean
+    wide = {"Max": 1.0, "Min": -1.0, "Mean": 0.0, "Norm": 5.0, "shape": [4, 25]}  # RMS 0.5
+    assert math.isclose(stat_error(dict(wide, Norm=6.0), wide), 0.1)  # the Norm as RMS: (6 - 5) / sqrt(100)
     assert stat_error(dict(same, Max=math.nan), same) == math.inf
 
 
@@ -161,6 +163,8 @@ def test_the_one_line_answer_names_the_first_error_when_no_call_introduced_one()
     (2e-3, 1.78, True, "error"),       # the spec's coarse rule: Adam's first update near its eps, bf16 vs fp32
     (0.02, 0.3, False, "warning"),     # amplified, not introduced
     (1e-6, 2.5e-6, False, "warning"),  # inputs agree, the output beyond the tolerance and 2.5x theirs
+    (3.45e-7, 4.21e-6, False, "warning"),  # a matmul over weights drifted in earlier steps: 12x, 2.2 tolerances
+    (3.45e-7, 1e-4, True, "error"),       # the same drift, and a 1e-4 change in the op
 ])
 def test_a_call_introduces_a_divergence_only_beyond_what_its_inputs_explain(in_err, out_err, introduced, result):
     from msprobe_lite.compare.judge import Judge, Verdict
@@ -171,6 +175,17 @@ def test_a_call_introduces_a_divergence_only_beyond_what_its_inputs_explain(in_e
     Judge("statistics")._decide(verdict, {INPUT: [in_err], OUTPUT: [out_err]}, {INPUT: {}, OUTPUT: {}}, fp32_eps,
                                 [], False)
     assert (verdict.introduced, verdict.result) == (introduced, result), verdict.reasons
+
+
+def test_a_differing_scalar_argument_is_named_however_far_the_inputs_drifted():
+    from msprobe_lite.compare.judge import Judge, Verdict
+    from msprobe_lite.compare.rows import INPUT, OUTPUT
+
+    verdict = Verdict()   # a LayerNorm eps changed, two optimizer steps later: its inputs differ by 3e-05
+    Judge("statistics")._decide(verdict, {INPUT: [3e-5], OUTPUT: [4e-4]}, {INPUT: {}, OUTPUT: {}}, 2.0 ** -23, [],
+                                False, arguments_differ=True)
+    assert (verdict.introduced, verdict.result) == (True, "error")
+    assert verdict.reasons[0].startswith("introduced: a scalar argument differs")
 
 
 def test_bf16_inputs_within_tolerance_and_an_output_three_times_as_far_is_a_warning():

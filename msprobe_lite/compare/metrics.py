@@ -78,7 +78,9 @@ def finite(obj: dict) -> bool:
 
 def stat_error(t: dict, g: dict) -> float:
     """Largest statistic difference relative to the golden tensor's magnitude (its largest |value|, or its
-    RMS, whichever is larger). 0 for identical statistics."""
+    RMS, whichever is larger), the Norm's as a difference of RMS (Norm / sqrt(numel)): a value's unit, like
+    the others' (a Norm difference itself grows with the square root of the size). 0 for identical
+    statistics."""
     return stat_measures(t, g)[2]
 
 
@@ -107,9 +109,11 @@ def stat_measures(t: dict, g: dict) -> tuple:
         return diffs, rels, 0.0
     if math.isnan(worst) or math.isinf(worst):
         return diffs, rels, math.inf
+    root = math.sqrt(max(numel(g.get("shape")), 1))
+    if diffs[3] is not None:  # the Norm's difference as the RMS's
+        worst = max([abs(d) for d in diffs[:3] if d is not None] + [abs(diffs[3]) / root])
     gmax, gmin, gnorm = _num(g.get("Max")) or 0.0, _num(g.get("Min")) or 0.0, _num(g.get("Norm")) or 0.0
-    n = max(numel(g.get("shape")), 1)
-    scale = max(abs(gmax), abs(gmin), abs(gnorm) / math.sqrt(n))
+    scale = max(abs(gmax), abs(gmin), abs(gnorm) / root)
     return diffs, rels, (worst / scale if scale > 0 else math.inf)
 
 

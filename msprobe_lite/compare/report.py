@@ -192,7 +192,8 @@ def write_html(path: str, summary: dict, details: list) -> None:
              f"<h1>Compare report ({html.escape(summary['mode'])} mode)</h1>"]
     for d in details:
         p = d["pair"]
-        parts.append(f"<h2>step {p['step']} rank {p['rank']}</h2><p>{html.escape(console_line(p))}</p>")
+        where = f"step {p['step']}" + (f" rank {p['rank']}" if p["rank"] is not None else "")
+        parts.append(f"<h2>{html.escape(where)}</h2><p>{html.escape(console_line(p))}</p>")
         fd, title = (p["first_divergence"], "First divergence") if p["first_divergence"] else \
             (p.get("first_error"), "First error (no call introduced one)")
         if fd:
