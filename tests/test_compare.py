@@ -97,8 +97,12 @@ def test_metrics_edge_cases():
     same = {"Max": 1.0, "Min": -1.0, "Mean": 0.0, "Norm": 2.0, "shape": [4]}
     assert stat_error(same, same) == 0
     assert math.isclose(stat_error(dict(same, Mean=1e-4), same), 1e-4)   # relative to magnitude, not to Mean
-    wide = {"Max": 1.0, "Min": -1.0, "Mean": 0.0, "Norm": 5.0, "shape": [4, 25]}  # RMS 0.5
-    assert math.isclose(stat_error(dict(wide, Norm=6.0), wide), 0.1)  # the Norm as RMS: (6 - 5) / sqrt(100)
+    wide = {"Max": 1.0, "Min": -1.0, "Mean": 0.0, "Norm": 5.0, "shape": [4, 25]}
+    assert math.isclose(stat_error(dict(wide, Norm=6.0), wide), 0.2)  # the Norm against itself, not the max
+    assert stat_error(dict(wide, Norm=math.nan), wide) == math.inf    # a NaN that max() would pass over
+    assert stat_error(dict(wide, Max=1.5, Norm=math.nan), wide) == math.inf
+    masked = {"Max": 2.0, "Min": -math.inf, "Mean": -math.inf, "Norm": math.inf, "shape": [4, 4]}  # scores
+    assert math.isclose(stat_error(dict(masked, Max=2.002), masked), 1e-3)  # against the finite magnitude
     assert stat_error(dict(same, Max=math.nan), same) == math.inf
 
 
@@ -177,15 +181,19 @@ def test_a_call_introduces_a_divergence_only_beyond_what_its_inputs_explain(in_e
     assert (verdict.introduced, verdict.result) == (introduced, result), verdict.reasons
 
 
-def test_a_differing_scalar_argument_is_named_however_far_the_inputs_drifted():
+@pytest.mark.parametrize("argument_err, introduced, result", [
+    (99.0, True, "error"),     # a LayerNorm eps of 1e-3 against 1e-5, two optimizer steps later
+    (3e-5, False, "warning"),  # a scalar computed from the drifted data (x * (0.5 / x.max().item()))
+])
+def test_a_scalar_argument_set_differently_is_named_however_far_the_inputs_drifted(argument_err, introduced,
+                                                                                    result):
     from msprobe_lite.compare.judge import Judge, Verdict
     from msprobe_lite.compare.rows import INPUT, OUTPUT
 
-    verdict = Verdict()   # a LayerNorm eps changed, two optimizer steps later: its inputs differ by 3e-05
+    verdict = Verdict()   # inputs differ by 3e-05 (drift), the output by 4e-04
     Judge("statistics")._decide(verdict, {INPUT: [3e-5], OUTPUT: [4e-4]}, {INPUT: {}, OUTPUT: {}}, 2.0 ** -23, [],
-                                False, arguments_differ=True)
-    assert (verdict.introduced, verdict.result) == (True, "error")
-    assert verdict.reasons[0].startswith("introduced: a scalar argument differs")
+                                False, argument_err)
+    assert (verdict.introduced, verdict.result) == (introduced, result), verdict.reasons
 
 
 def test_bf16_inputs_within_tolerance_and_an_output_three_times_as_far_is_a_warning():
@@ -196,6 +204,42 @@ def test_bf16_inputs_within_tolerance_and_an_output_three_times_as_far_is_a_warn
     Judge("statistics")._decide(verdict, {INPUT: [0.05], OUTPUT: [0.17]}, {INPUT: {}, OUTPUT: {}}, 2.0 ** -7, [], False)
     assert (verdict.introduced, verdict.result) == (False, "warning")
     assert verdict.reasons == ["amplified: outputs differ by 0.17 of their magnitude, inputs by 0.05"]
+
+
+def _train_transformer(path, steps=3, ln_eps=None, scale=None):
+    """`steps` AdamW steps of the seeded transformer at mix, one planted change or none: by the later steps
+    every weight has drifted between two runs that differ anywhere."""
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    model.eval()
+    if ln_eps is not None:
+        model.blocks[1].ln2.eps = ln_eps
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    tokens = torch.randint(0, 32, (2, 6), generator=torch.Generator().manual_seed(1))
+    d = PrecisionDebugger(dump_path=str(path), task="statistics", level="mix")
+    for _ in range(steps):
+        d.start(model=model)
+        logits, _ = model(tokens)
+        if scale is not None:
+            logits = logits * scale
+        logits.float().pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        d.stop()
+        d.step()
+    return path
+
+
+def test_a_planted_change_is_named_at_every_step_after_the_weights_drift(tmp_path):
+    """Steps after the first have every weight updated differently: the changed call is still the one named,
+    not a matmul over drifted weights or a block whose layers' weights drifted."""
+    golden = _train_transformer(tmp_path / "golden")
+    s = run(_train_transformer(tmp_path / "eps", ln_eps=1e-2), golden, tmp_path / "out")
+    assert [p["first_divergence"]["name"] for p in s.pairs] == ["Functional.layer_norm.3.forward"] * 3
+    assert all("input.eps differs: 0.01 vs 1e-05" in p["first_divergence"]["reason"] for p in s.pairs)
+    s = run(_train_transformer(tmp_path / "same"), golden, tmp_path / "out_same")
+    assert all(p["first_divergence"] is None and p["counts"]["error"] == p["counts"]["warning"] == 0
+               for p in s.pairs)
 
 
 def test_an_inserted_call_does_not_shift_later_pairs(tmp_path, golden):

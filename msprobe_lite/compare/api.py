@@ -184,13 +184,16 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     sink = report.CsvSink(csv_path, judge.columns, background=workers > 1 and len(pairs) >= CSV_BACKGROUND_MIN)
     rows, errors, modules = [], [], {}   # rows: kept only for the .xlsx
     seen_err: dict = {}   # input error of calls already judged: backward records depend on them
+    # module record -> the largest input difference of the calls made inside it so far (recorded before it):
+    # its own parameters are in its record, those of its children are not, and drift there explains it
+    inside: dict = {}
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
     first = extra = None  # extra: the first call only in the target, when it comes before any divergence
     first_error = None    # the first error of any kind: said when no call introduced a divergence
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
         stack = target.stacks.get(pair.target) or [] if pair.target else []
-        upstream = _upstream(pair.target, seen_err) if pair.target else 0.0
+        upstream = max(_upstream(pair.target, seen_err), inside.get(pair.target, 0.0)) if pair.target else 0.0
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
                                            upstream)
         if pair.target:
@@ -198,6 +201,9 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             seen_err[(base, direction, index)] = verdict.in_err
             seen_err[base] = max(seen_err.get(base, 0.0), verdict.in_err)
             seen_err["*"] = max(seen_err.get("*", 0.0), verdict.in_err)
+            for parent in _parents(target, pair.target):
+                if inside.get(parent, 0.0) < verdict.in_err:
+                    inside[parent] = verdict.in_err
         sink.add(record_rows)
         if xlsx:
             rows.extend(record_rows)

@@ -2,13 +2,16 @@
 
 Rules (spec/compare.md), with inputs = args, kwargs, parameters and outputs = results:
 - error: the target's output holds NaN/Inf where the golden's is finite;
-- error: the call *introduced* the divergence. Its inputs agree and an output differs beyond the tolerance,
-  by more than the inputs' difference plus it and more than 10x the inputs' difference (by more than 4
-  tolerances too when the inputs are not exactly equal: a matmul turns drifted weights' 3e-7 into 4e-6);
-  or a scalar argument differs and an output differs by more than the inputs' difference plus the
-  tolerance, however far the inputs drifted; or the spec's coarser rule (inputs within 0.1, an output
-  beyond 0.5). "Agree" follows the dtypes compared: within 16 machine epsilons of the coarser dtype (so a
-  1e-4 change in one fp32 op is caught, while bf16 against fp32 is not called divergent everywhere);
+- error: the call *introduced* the divergence:
+  - its inputs agree and an output differs by more than the tolerance plus 10x the inputs' difference, and
+    by more than 4 tolerances when the inputs are not exactly equal (a matmul turns drifted weights' 2e-7
+    into 5e-6 by rounding alone);
+  - or a scalar argument differs by more than 10x its tensors do (a setting, not a value computed from
+    drifted data) and an output by more than the inputs' difference plus the tolerance, however far the
+    inputs drifted;
+  - or the spec's coarser rule: inputs within 0.1, an output beyond 0.5.
+  "Agree" follows the dtypes compared: within 16 machine epsilons of the coarser dtype (so a 1e-4 change in
+  one fp32 op is caught, while bf16 against fp32 is not called divergent everywhere);
 - warning: the inputs already differ and an output differs more than 10x as much (the call amplified it);
   or the inputs agree and an output beyond the tolerance differs more than 2x as much as they do;
 - tensor mode adds: error when inputs' One Thousandth ratio > 0.9 and an output's < 0.1; warning when the
@@ -191,6 +194,7 @@ class Judge:
         row_problems = []
         new_nonfinite = False
         arguments = []
+        argument_err = 0.0   # the largest relative difference of a scalar argument (inf: not a number)
         for t_row in t_rows:
             suffix = t_tail(t_row.name[cut_t:]) if t_tail else t_row.name[cut_t:]
             g_row = g_rows.get(suffix)
@@ -204,6 +208,7 @@ class Judge:
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
                                      f"{_value(t_row.obj)!r} vs {_value(g_row.obj)!r}")
+                    argument_err = max(argument_err, err)
                     problems = []
                 if "_thousandth" in row:
                     extra[t_row.role].setdefault("thousandth", []).append(row.pop("_thousandth"))
@@ -220,7 +225,7 @@ class Judge:
                 rows.append(row)
                 row_problems.append(problems)
         errs[INPUT].append(upstream)
-        self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, bool(arguments))
+        self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, argument_err)
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
         self._finish_rows(rows, row_problems, verdict, stack)
@@ -244,7 +249,9 @@ class Judge:
                 message, joined = "; ".join(verdict.reasons), len(verdict.reasons)
             row["Result"], row["Err_message"], row["NPU_Stack_Info"] = result, message, stack
 
-    def _decide(self, verdict, errs, extra, worst_eps, t_rows, new_nonfinite, arguments_differ=False) -> None:
+    def _decide(self, verdict, errs, extra, worst_eps, t_rows, new_nonfinite, argument_err=0.0) -> None:
+        """`argument_err`: the largest relative difference of a scalar argument (0: none differs; inf: one
+        that is not a number, `approximate="tanh"`)."""
         tol = TOLERANCE_EPS * worst_eps if self.mode != "md5" else 0.0
         in_err = max(errs[INPUT], default=0.0)
         out_err = max(errs[OUTPUT], default=0.0)
@@ -255,14 +262,19 @@ class Judge:
                 verdict.introduced = True
             return
         beyond = out_err > in_err + tol  # more than the inputs' difference and rounding explain
-        # inputs that differ at all (weights drifted in earlier steps) also leave an output a few roundings off
-        drift = 0.0 if in_err == 0 else DRIFT_MARGIN * tol
-        if in_err <= tol and beyond and out_err > max(AMPLIFICATION * in_err, drift):
+        # a scalar argument that differs more than its tensors could make a computed one differ: a setting
+        # (eps 1e-5 against 1e-3), not a value derived from drifted data (`x * (0.5 / x.max().item())`)
+        set_differently = argument_err > max(AMPLIFICATION * in_err, tol)
+        # inputs within the tolerance: an output beyond it and beyond ten times their difference. Inputs that
+        # differ at all come from runs that parted earlier (weights updated differently in earlier steps), and
+        # a matmul over such weights turns their 2e-7 into 5e-6 by rounding alone: then DRIFT_MARGIN too
+        drifted = in_err > 0
+        if in_err <= tol and out_err > tol + AMPLIFICATION * in_err and (not drifted or out_err > DRIFT_MARGIN * tol):
             verdict.introduced = True
-            agree = "tensor inputs agree but a scalar argument differs" if arguments_differ else "inputs agree"
+            agree = "tensor inputs agree but a scalar argument differs" if argument_err > 0 else "inputs agree"
             verdict.raise_to(ERROR, f"introduced: outputs differ by {_fmt(out_err)} of their magnitude while "
                                     f"{agree} (inputs differ by {_fmt(in_err)}, tolerance {_fmt(tol)})")
-        elif arguments_differ and beyond:  # inputs drifted (later steps), and this call is set up differently
+        elif set_differently and beyond:  # inputs drifted (later steps), and this call is set up differently
             verdict.introduced = True
             verdict.raise_to(ERROR, f"introduced: a scalar argument differs and outputs differ by {_fmt(out_err)} "
                                     f"of their magnitude, inputs by {_fmt(in_err)}")

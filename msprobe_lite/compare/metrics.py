@@ -77,10 +77,10 @@ def finite(obj: dict) -> bool:
 
 
 def stat_error(t: dict, g: dict) -> float:
-    """Largest statistic difference relative to the golden tensor's magnitude (its largest |value|, or its
-    RMS, whichever is larger), the Norm's as a difference of RMS (Norm / sqrt(numel)): a value's unit, like
-    the others' (a Norm difference itself grows with the square root of the size). 0 for identical
-    statistics."""
+    """The largest of: the Max, Min and Mean differences relative to the golden tensor's magnitude (its
+    largest |value|, or its RMS, whichever is larger), and the Norm's difference relative to the golden Norm
+    (NormRelativeErr; a Norm difference grows with the tensor's size, so it is not set against one value's
+    magnitude). 0 for identical statistics."""
     return stat_measures(t, g)[2]
 
 
@@ -104,17 +104,23 @@ def stat_measures(t: dict, g: dict) -> tuple:
     present = [abs(d) for d in diffs if d is not None]
     if not present:
         return diffs, rels, 0.0
+    if any(d != d for d in present):  # NaN: max() would pass over one that is not first
+        return diffs, rels, math.inf
     worst = max(present)
     if worst == 0:
         return diffs, rels, 0.0
-    if math.isnan(worst) or math.isinf(worst):
+    if worst == math.inf:
         return diffs, rels, math.inf
-    root = math.sqrt(max(numel(g.get("shape")), 1))
-    if diffs[3] is not None:  # the Norm's difference as the RMS's
-        worst = max([abs(d) for d in diffs[:3] if d is not None] + [abs(diffs[3]) / root])
     gmax, gmin, gnorm = _num(g.get("Max")) or 0.0, _num(g.get("Min")) or 0.0, _num(g.get("Norm")) or 0.0
-    scale = max(abs(gmax), abs(gmin), abs(gnorm) / root)
-    return diffs, rels, (worst / scale if scale > 0 else math.inf)
+    # finite ones only: masked attention scores hold -inf, and against an infinite scale every difference
+    # of their finite statistics would vanish (softmax would seem to get equal inputs)
+    scale = max((abs(v) for v in (gmax, gmin, gnorm / math.sqrt(max(numel(g.get("shape")), 1)))
+                 if math.isfinite(v)), default=0.0)
+    values = max([abs(d) for d in diffs[:3] if d is not None], default=0.0)
+    error = values / scale if scale > 0 else (math.inf if values else 0.0)
+    if diffs[3] is not None and diffs[3] != 0:  # the Norm relative to itself: NormRelativeErr
+        error = max(error, abs(diffs[3]) / abs(gnorm) if gnorm else math.inf)
+    return diffs, rels, error
 
 
 def _is_numpy(x) -> bool:
