@@ -542,7 +542,7 @@ def test_c_encoder_fills_summaries_itself_only_for_the_plain_summary_class():
 
     def encoder(cls):
         return torch_summary.FastEncoder((torch.Tensor,), None, {}, None, cls, torch_summary._IN_PLACE_KINDS,
-                                         torch.strided, canonical_shape, SHAPES, MAX_DEPTH, in_c=True)
+                                         torch.strided, canonical_shape, SHAPES, MAX_DEPTH)
 
     t = torch.arange(6.0).reshape(2, 3)
     plain = encoder(TensorSummary)(t)
@@ -560,7 +560,7 @@ def test_c_encoder_fills_summaries_itself_only_for_the_plain_summary_class():
     kept = encoder(TensorSummary)
     with pytest.raises(TypeError):
         kept.__init__((torch.Tensor,), None, {}, None, Other, {torch.float32: "not a pair"}, torch.strided,
-                      canonical_shape, SHAPES, MAX_DEPTH, in_c=True)
+                      canonical_shape, SHAPES, MAX_DEPTH)
     del Other
     gc.collect()
     assert type(kept(t)) is TensorSummary

@@ -118,8 +118,8 @@ def stat_measures(t: dict, g: dict) -> tuple:
                  if math.isfinite(v)), default=0.0)
     values = max([abs(d) for d in diffs[:3] if d is not None], default=0.0)
     error = values / scale if scale > 0 else (math.inf if values else 0.0)
-    if diffs[3] is not None and diffs[3] != 0:  # the Norm relative to itself: NormRelativeErr
-        error = max(error, abs(diffs[3]) / abs(gnorm) if gnorm else math.inf)
+    if rels[3]:  # the Norm relative to itself: NormRelativeErr
+        error = max(error, rels[3])
     return diffs, rels, error
 
 

@@ -822,9 +822,8 @@ static int begin_body(Handler *h, PyObject *entry, PyObject *args, PyObject *kwa
             goto fail;
     }
     if (h->file_new != Py_None) { /* stacks kept (recorder.extra); parents at mix only (recorder.parents) */
-        if (h->has_modules && construct == NULL && (construct = step_dict(h, S_construct)) == NULL)
-            goto fail;
-        if (h->has_modules && PyDict_SetItem(construct, f->name, parent) < 0)
+        if (h->has_modules && ((construct == NULL && (construct = step_dict(h, S_construct)) == NULL) ||
+                               PyDict_SetItem(construct, f->name, parent) < 0))
             goto fail;
         PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed: the caller of the torch function */
         PyObject *where[] = {f->name, frame ? frame : Py_None, NULL};
@@ -1011,12 +1010,11 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
    in Python is the usual bound method. */
 typedef struct {
     PyObject_HEAD
-    PyObject *bound;   /* the handler's bound __torch_function__ */
-    PyObject *handler; /* its __self__ */
+    PyObject *bound; /* the handler's bound __torch_function__; its __self__ is the handler */
     vectorcallfunc vectorcall;
 } TorchFunctionCall;
 
-#define TORCH_FUNCTION_CALL_FIELDS(X) X(bound) X(handler)
+#define TORCH_FUNCTION_CALL_FIELDS(X) X(bound)
 
 GC_FIELD_FUNCTIONS(TorchFunctionCall, TorchFunctionCall_traverse, TorchFunctionCall_clear,
                    TORCH_FUNCTION_CALL_FIELDS)
@@ -1029,9 +1027,9 @@ static void TorchFunctionCall_dealloc(TorchFunctionCall *c) {
 
 static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames);
 
-/* 0 while the object holds its method and handler; -1 with an exception once the collector cleared it */
+/* 0 while the object holds its method; -1 with an exception once the collector cleared it */
 static int torch_function_call_alive(TorchFunctionCall *c) {
-    if (c->bound != NULL && c->handler != NULL)
+    if (c->bound != NULL)
         return 0;
     PyErr_SetString(PyExc_RuntimeError, "the debugger's __torch_function__ was released");
     return -1;
@@ -1041,15 +1039,17 @@ static PyObject *TorchFunctionCall_vectorcall(TorchFunctionCall *c, PyObject *co
                                               PyObject *kwnames) {
     if (torch_function_call_alive(c) < 0)
         return NULL;
-    return Handler_torch_function((Handler *)c->handler, args, PyVectorcall_NARGS(nargsf), kwnames);
+    return Handler_torch_function((Handler *)PyCFunction_GET_SELF(c->bound), args, PyVectorcall_NARGS(nargsf),
+                                  kwnames);
 }
 
 static PyObject *TorchFunctionCall_getattr(TorchFunctionCall *c, char *name) {
     if (torch_function_call_alive(c) < 0)
         return NULL;
     if (strcmp(name, "__self__") == 0) {
-        Py_INCREF(c->handler);
-        return c->handler;
+        PyObject *handler = PyCFunction_GET_SELF(c->bound);
+        Py_INCREF(handler);
+        return handler;
     }
     return PyObject_GetAttrString(c->bound, name);
 }
@@ -1086,8 +1086,6 @@ static PyObject *torch_function_call(Handler *h, PyObject *value) {
         return NULL;
     }
     c->bound = value;
-    Py_INCREF(h);
-    c->handler = (PyObject *)h;
     c->vectorcall = (vectorcallfunc)TorchFunctionCall_vectorcall;
     PyObject_GC_Track(c);
     return (PyObject *)c;

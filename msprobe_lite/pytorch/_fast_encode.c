@@ -72,7 +72,6 @@ typedef struct {
     PyObject *shapes;       /* records.SHAPES: the shapes it has made canonical */
     slots_t summary_slots;  /* TensorSummary made without its __init__ (see _slots.h), when it can be */
     int max_depth;          /* values.MAX_DEPTH: deeper values go to the Python walk, which ends them */
-    int in_c;               /* summaries in C allowed */
     PyObject *crc;          /* summary_mode md5: zlib_ng.crc32, the md5 field's CRC-32 (else None) */
     PyObject *quiet;        /* torch._C.DisableTorchFunction, for bare(); None without it */
     int lazy;               /* in bare(): torch-function dispatch is turned off around Python code only */
@@ -549,7 +548,7 @@ static int sealed(Encoder *e, PyObject *v, int depth, Py_ssize_t *visits);
 
 /* A new summary of `t` (in C, or by the Python route), out of the collector's lists when it can be. */
 static PyObject *fresh_summary(Encoder *e, PyObject *t, PyObject *version) {
-    PyObject *summary = e->in_c ? summary_in_c(e, t, version) : (Py_INCREF(Py_None), Py_None);
+    PyObject *summary = summary_in_c(e, t, version);
     if (summary == Py_None) {
         Py_DECREF(summary);
         summary = call_python(e, e->summarize, t, NULL);
@@ -781,14 +780,14 @@ static PyObject *Encoder_bare(Encoder *e, PyObject *value) {
 
 static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"tensor_types", "walk", "cache", "summarize", "summary_type", "kinds", "strided",
-                            "shape_of", "shapes", "max_depth", "in_c", "quiet", "crc", NULL};
+                            "shape_of", "shapes", "max_depth", "quiet", "crc", NULL};
     PyObject *tensor_types, *walk_, *cache, *summarize, *summary_type, *kinds, *strided, *shape_of, *shapes;
     PyObject *quiet = Py_None, *crc = Py_None;
-    int max_depth, in_c;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OOO!ip|OO:Encoder", names, &PyTuple_Type,
+    int max_depth;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OOO!i|OO:Encoder", names, &PyTuple_Type,
                                      &tensor_types, &walk_, &PyDict_Type, &cache, &summarize, &summary_type,
                                      &PyDict_Type, &kinds, &strided, &shape_of, &PyDict_Type, &shapes, &max_depth,
-                                     &in_c, &quiet, &crc))
+                                     &quiet, &crc))
         return -1;
     if (crc != Py_None && !PyCallable_Check(crc)) {
         PyErr_SetString(PyExc_TypeError, "Encoder(): crc is zlib_ng.crc32 (summary_mode md5) or None");
@@ -828,7 +827,6 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     KEEP(shape_of, shape_of);
     KEEP(shapes, shapes);
     e->max_depth = max_depth;
-    e->in_c = in_c;
     KEEP(quiet, quiet);
     KEEP(crc, crc);
     return 0;
@@ -922,8 +920,8 @@ static PyTypeObject EncoderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe_lite.pytorch._fast_encode.Encoder",
     .tp_basicsize = sizeof(Encoder),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Encoder(tensor_types, walk, cache, summarize, summary_type, kinds, strided, shape_of, max_depth, "
-              "in_c)\n\n"
+    .tp_doc = "Encoder(tensor_types, walk, cache, summarize, summary_type, kinds, strided, shape_of, shapes, "
+              "max_depth, quiet=None, crc=None)\n\n"
               "Called with a value, returns it encoded as ValueEncoder.encode(value, summarizer._tensor_leaf) "
               "would (see the module's docstring).",
     .tp_new = Encoder_new,

@@ -281,7 +281,7 @@ class TorchSummarizer(Summarizer):
                 PLAIN_TENSORS,
                 lambda value, depth: encoder.encode(value, self._tensor_leaf, (), depth),
                 self._cache, self._fresh, TensorSummary, _IN_PLACE_KINDS, torch.strided, canonical_shape, SHAPES,
-                MAX_DEPTH, in_c=True, quiet=self.quiet, crc=zlib_ng.crc32 if self.md5 else None)
+                MAX_DEPTH, quiet=self.quiet, crc=zlib_ng.crc32 if self.md5 else None)
             self.seal = self.fast_encode.seal
 
     # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
