@@ -78,6 +78,115 @@ def test_inplace_apis_input_before_output_after(tmp_path):
     assert_stats(setitem["output"][0], x)
 
 
+@pytest.mark.parametrize("route", ["C", "Python"])
+def test_writes_that_keep_the_version_are_not_hidden_by_the_cache(tmp_path, monkeypatch, route):
+    """A tensor's summary is cached for the step by (object, version). Writes through `.data`, through a numpy
+    array, or a rebinding `t.data = x` leave the version as it was: the next call must still see the new
+    values (before, it was given the summary from before the write), views of the written storage too."""
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+    torch.manual_seed(0)
+    a, b, c, base = torch.randn(6), torch.randn(4, 3), torch.randn(5), torch.randn(8)
+    view = base[2:6]
+    a0, b0, c0, view0 = a.clone(), b.clone(), c.clone(), view.clone()
+
+    def program():
+        torch.tanh(a)
+        a.data.mul_(2.0)                 # through .data: a's version stays
+        torch.tanh(a)
+        torch.relu(b)
+        b.numpy()[:] = 3.0               # through numpy
+        torch.relu(b)
+        torch.exp(c)
+        c.data = torch.full((2,), 0.5)   # rebound to other memory
+        torch.exp(c)
+        torch.sin(view)
+        base.data.add_(1.0)              # the base's memory: the view's values too
+        torch.sin(view)
+
+    dump, _ = dump_of(tmp_path, program)
+    for name, before, after in (("Torch.tanh", a0, a0 * 2), ("Torch.relu", b0, torch.full((4, 3), 3.0)),
+                                ("Torch.exp", c0, torch.full((2,), 0.5)), ("Torch.sin", view0, view0 + 1)):
+        assert_stats(dump[f"{name}.0.forward"]["input_args"][0], before)
+        assert_stats(dump[f"{name}.1.forward"]["input_args"][0], after)
+    assert "Tensor.mul_.0.forward" in dump and not any("numpy" in k or "data" in k for k in dump)
+
+
+def test_an_alias_function_in_the_api_list_is_watched_and_said(tmp_path, caplog):
+    """`Tensor.numpy` named in a user's API list: it stays an alias watch (not a record), and the log says so."""
+    from types import SimpleNamespace
+
+    from msprobe_lite.pytorch.api_capture import ApiCapture
+
+    path = tmp_path / "apis.yaml"
+    path.write_text("tensor: [numpy, add]\n")
+    summarizer = SimpleNamespace(taint=lambda args: None)
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        capture = ApiCapture(None, None, summarizer, None, str(path))
+    assert capture.table[torch.Tensor.numpy] is summarizer.taint
+    assert capture.table[torch.Tensor.add] == ("Tensor", "add")
+    assert "Tensor.numpy is in the API list but is not captured" in caplog.text
+
+
+def test_a_write_between_two_windows_of_one_step_is_seen(tmp_path):
+    """Between stop() and the next start() of the same step no alias is seen: stop() empties the cache."""
+    t = torch.randn(5)
+    t0 = t.clone()
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": "L1"}))
+    d = PrecisionDebugger(str(tmp_path / "config.json"))
+    d.start()
+    torch.tanh(t)
+    d.stop()
+    t.data.mul_(3.0)
+    d.start()
+    torch.tanh(t)
+    d.stop()
+    d.step()
+    dump = data(tmp_path / "dump")
+    assert_stats(dump["Torch.tanh.0.forward"]["input_args"][0], t0)
+    assert_stats(dump["Torch.tanh.1.forward"]["input_args"][0], t0 * 3)
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_weights_clipped_through_data_are_dumped_clipped(tmp_path, level):
+    """A training step that clips its weights through `.data` after the update (as WGAN critics and older
+    optimizers do) and then evaluates: the evaluation's calls get the clipped weights, and training is
+    bitwise the same as without the debugger."""
+    def run(debugger):
+        model, x, y = make("mlp")
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        seen = []
+        for _ in range(2):
+            if debugger is not None:
+                debugger.start(model=model)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            for p in model.parameters():
+                p.data.clamp_(-0.05, 0.05)
+            seen.append(model.fc1.weight.detach().clone())
+            with torch.no_grad():
+                out = model(x)
+            if debugger is not None:
+                debugger.stop()
+                debugger.step()
+        return out, seen
+
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": level}))
+    out, seen = run(PrecisionDebugger(str(tmp_path / "config.json")))
+    plain_out, _ = run(None)
+    assert torch.equal(out, plain_out)
+    for step in range(2):
+        dump = data(tmp_path / "dump", step)
+        linears = [k for k in dump if k.startswith("Functional.linear.") and k.endswith(".forward")]
+        assert len(linears) == 4, linears     # fc1 and fc2, in training and in the evaluation
+        assert_stats(dump[linears[2]]["input_args"][1], seen[step])
+
+
 def test_api_raising_inside_try_does_not_disturb_capture(tmp_path):
     a, b = torch.randn(2, 3), torch.randn(4, 5)
 

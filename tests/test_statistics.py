@@ -13,6 +13,7 @@ import torch
 from helpers import assert_same_files, dump_files, expected_stats
 
 from msprobe_lite.config import load_config
+from msprobe_lite.core.summary import EVERYWHERE, MAX_TAINTED
 from msprobe_lite.core.values import ValueEncoder
 from msprobe_lite.pytorch.summary import TorchSummarizer, tensor_stats
 
@@ -584,6 +585,26 @@ def test_c_encoder_caches_by_identity_and_version(encoder_route):
         inf = torch.ones(3)
     a, b = s.encode(inf), s.encode(inf)                                # no version counter: never cached
     assert a is not b and a.stats == b.stats == (1.0, 1.0, 1.0, math.sqrt(3))
+
+
+def test_tainted_storages_are_summarised_anew_and_the_rest_stays_cached(encoder_route):
+    """Once an alias of a storage is made (Summarizer.taint), a tensor in it is summarised at each sighting,
+    views included; tensors elsewhere still come from the cache, and the next step caches all again."""
+    s = TorchSummarizer(_Session())
+    base, other = torch.arange(8.0), torch.arange(4.0)
+    view = base[2:6]
+    assert s.encode(view) is s.encode(view) and s.encode(other) is s.encode(other)
+    s.taint((base, "not a tensor"))
+    alias = base.numpy()                                               # written behind the version counter
+    alias[:] = 5.0
+    assert s.encode(view).stats[:2] == (5.0, 5.0) and s.encode(view) is not s.encode(view)
+    assert s.encode(base).stats[0] == 5.0
+    assert s.encode(other) is s.encode(other)                          # another storage: cached as before
+    s.reset()                                                          # the step's end
+    assert s._tainted == [] and s.encode(view) is s.encode(view)
+    for _ in range(MAX_TAINTED + 1):                                   # too many storages: none cached
+        s.taint((torch.ones(2),))
+    assert s._tainted == [EVERYWHERE] and s.encode(other) is not s.encode(other)
 
 
 def test_inference_mode_calls_are_recorded(tmp_path, encoder_route):

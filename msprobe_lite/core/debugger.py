@@ -104,6 +104,7 @@ class Debugger:
         if self.apis is not None:
             self.apis.deactivate()
         self.session.stop()
+        self.summarizer.forget_all()
 
     forward_backward_dump_end = stop
 

@@ -3,7 +3,11 @@
 A tensor that is the output of one call and the input of the next is summarised once: summaries are cached
 by (object identity, version) for the step. Only a framework whose tensors carry a version counter that every
 in-place change bumps (PyTorch's `_version`) gets the cache; without one, a cached summary could be stale, so
-each sighting is summarised anew. Tensor files (task `tensor`, `tensor_list`) are named after the value's
+each sighting is summarised anew. Some writes pass the version counter by: through an alias of the memory
+(PyTorch's `.data`, a numpy array or DLPack capsule of the tensor) or by rebinding a tensor's memory
+(`t.data = other`). The API capture reports each such alias as it is made (`taint`): from then on until the
+step ends, a tensor whose memory lies in that storage is summarised anew at each sighting. The cache is also
+emptied at `stop()`, since between two collecting windows of a step no alias is seen. Tensor files (task `tensor`, `tensor_list`) are named after the value's
 place in its record; a value already saved this step gets a hard link instead of a second copy.
 
 An adapter subclasses `Summarizer` and supplies how to summarise one tensor, how to copy and write one, and
@@ -18,8 +22,13 @@ import weakref
 
 from .naming import data_file_name
 from .records import NO_STATS, SavedTensor, TensorSummary
-from .safety import report_failure
+from .safety import guarded, report_failure
 from .writer import link_or_copy, make_dirs
+
+# Storages tainted in one step beyond which every tensor is summarised anew (the check on each cached sighting
+# goes through the list)
+MAX_TAINTED = 64
+EVERYWHERE = (0, 2 ** 64)   # the extent of a tainted tensor whose storage cannot be read: all memory
 
 
 def resolve_pending(pending: list, group_of, fetch, size_of, as_stats) -> None:
@@ -49,6 +58,9 @@ class Summarizer:
         self.md5 = config.task == "statistics" and config.statistics.summary_mode == "md5"
         self.defer = config.async_dump   # device values and files wait for the end of the step
         self._cache: dict = {}
+        # (start, end) addresses of storages with an alias that writes past the version counter, this step;
+        # shared with a fast encoder, which keeps the same rule
+        self._tainted: list = []
         self._snapshots: dict = {}       # id -> (weakref, version, first file): a value is saved once a step
         self._folders: set = set()       # tensor folders already created
         self._deferred_files: list = []  # (write, path), async_dump: queued when the step is written
@@ -70,6 +82,16 @@ class Summarizer:
 
     def _summarize(self, t) -> TensorSummary:
         raise NotImplementedError
+
+    @staticmethod
+    def extent(t):
+        """(start, end) addresses of the storage under `t`, or None when unknown (then all memory counts)."""
+        return None
+
+    @staticmethod
+    def address(t):
+        """The address of `t`'s first value, read on each cached sighting while a storage is tainted."""
+        return None
 
     def _snapshot(self, t):
         """A copy of `t`'s value now (it may change in place later); may stay on the device."""
@@ -93,7 +115,30 @@ class Summarizer:
 
     def reset(self) -> None:
         self._cache.clear()
+        self._tainted.clear()
         self._snapshots.clear()
+
+    def forget_all(self) -> None:
+        """At stop(): writes made before the next start() are not seen (no alias is reported meanwhile)."""
+        self._cache.clear()
+
+    @guarded("the alias watch")
+    def taint(self, args) -> None:
+        """An alias of the tensors in `args` is being made (`.data`, `.numpy()`, a DLPack capsule) or their
+        memory rebound (`t.data = other`): writes through it will not move a version counter, so for the rest
+        of the step no tensor in those storages is summarised from the cache."""
+        with self.quiet():
+            for value in args:
+                if self.encoder.is_tensor(value):
+                    extent = self.extent(value) or EVERYWHERE
+                    if extent not in self._tainted:
+                        self._tainted.append(extent)
+        if len(self._tainted) > MAX_TAINTED:
+            self._tainted[:] = [EVERYWHERE]
+
+    def _tainted_memory(self, t) -> bool:
+        address = self.address(t)
+        return address is None or any(start <= address < end for start, end in self._tainted)
 
     def forget(self, tensors) -> None:
         """Drop cached summaries of tensors changed without a version bump (collectives write in place)."""
@@ -145,7 +190,7 @@ class Summarizer:
         """The summary of `t` cached for this step while `t` is alive and its version unchanged (a fast
         encoder keeps the same cache, with the same rule), else a new one, cached."""
         version = self.version(t)
-        if version is None:
+        if version is None or (self._tainted and self._tainted_memory(t)):
             return self._fresh(t)
         key = id(t)
         cached = self._cache.get(key)

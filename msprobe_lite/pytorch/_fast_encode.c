@@ -76,6 +76,7 @@ typedef struct {
     PyObject *quiet;        /* torch._C.DisableTorchFunction, for bare(); None without it */
     int lazy;               /* in bare(): torch-function dispatch is turned off around Python code only */
     PyObject *reads[N_READS]; /* the descriptors of READ_NAMES that every type of tensor_types shares, or NULL */
+    PyObject *tainted;      /* list of (start, end): Summarizer._tainted, storages written past the version */
 } Encoder;
 
 /* `fn(arg)`, or `fn(arg, level)`; in bare() with torch-function dispatch turned off around it: the Python
@@ -559,6 +560,28 @@ static PyObject *fresh_summary(Encoder *e, PyObject *t, PyObject *version) {
     return summary;
 }
 
+/* Summarizer._tainted_memory(t): 1 when the first value of `t` lies in a storage tainted this step (or its
+   address cannot be read), 0 when not, -1 on an error that is not the tensor's. Only read while the list is
+   not empty: in a step without aliases, a cached sighting costs nothing more. */
+static int in_tainted(Encoder *e, PyObject *t) {
+    PyObject *address = read_of(e, t, R_DATA_PTR);
+    if (address == NULL)
+        return PyErr_ExceptionMatches(PyExc_Exception) ? (PyErr_Clear(), 1) : -1;
+    PyObject *extents = PyList_AsTuple(e->tainted); /* a snapshot: the comparisons below run no Python code */
+    int in = extents == NULL ? -1 : 0;
+    for (Py_ssize_t i = 0; in == 0 && i < PyTuple_GET_SIZE(extents); i++) {
+        PyObject *extent = PyTuple_GET_ITEM(extents, i);
+        if (!PyTuple_CheckExact(extent) || PyTuple_GET_SIZE(extent) != 2)
+            continue;
+        int above = PyObject_RichCompareBool(address, PyTuple_GET_ITEM(extent, 0), Py_GE);
+        int below = above == 1 ? PyObject_RichCompareBool(address, PyTuple_GET_ITEM(extent, 1), Py_LT) : 0;
+        in = above < 0 || below < 0 ? -1 : above && below;
+    }
+    Py_XDECREF(extents);
+    Py_DECREF(address);
+    return in;
+}
+
 /* Summarizer._cached(t): the cached summary while `t` is alive and unchanged, else a new one, cached. */
 static PyObject *leaf(Encoder *e, PyObject *t) {
     PyObject *version = read_of(e, t, R_VERSION);
@@ -567,6 +590,14 @@ static PyObject *leaf(Encoder *e, PyObject *t) {
             return NULL;
         PyErr_Clear();
         return fresh_summary(e, t, NULL);
+    }
+    if (e->tainted != NULL && PyList_GET_SIZE(e->tainted) > 0) {
+        int in = in_tainted(e, t);
+        if (in != 0) { /* memory that an alias may have written: summarised anew, not cached */
+            PyObject *summary = in < 0 ? NULL : fresh_summary(e, t, version);
+            Py_DECREF(version);
+            return summary;
+        }
     }
     PyObject *key = PyLong_FromVoidPtr(t);
     if (key == NULL) {
@@ -780,14 +811,14 @@ static PyObject *Encoder_bare(Encoder *e, PyObject *value) {
 
 static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"tensor_types", "walk", "cache", "summarize", "summary_type", "kinds", "strided",
-                            "shape_of", "shapes", "max_depth", "quiet", "crc", NULL};
+                            "shape_of", "shapes", "max_depth", "quiet", "crc", "tainted", NULL};
     PyObject *tensor_types, *walk_, *cache, *summarize, *summary_type, *kinds, *strided, *shape_of, *shapes;
-    PyObject *quiet = Py_None, *crc = Py_None;
+    PyObject *quiet = Py_None, *crc = Py_None, *tainted = NULL;
     int max_depth;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OOO!i|OO:Encoder", names, &PyTuple_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO!OOO!i|OOO!:Encoder", names, &PyTuple_Type,
                                      &tensor_types, &walk_, &PyDict_Type, &cache, &summarize, &summary_type,
                                      &PyDict_Type, &kinds, &strided, &shape_of, &PyDict_Type, &shapes, &max_depth,
-                                     &quiet, &crc))
+                                     &quiet, &crc, &PyList_Type, &tainted))
         return -1;
     if (crc != Py_None && !PyCallable_Check(crc)) {
         PyErr_SetString(PyExc_TypeError, "Encoder(): crc is zlib_ng.crc32 (summary_mode md5) or None");
@@ -829,6 +860,8 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     e->max_depth = max_depth;
     KEEP(quiet, quiet);
     KEEP(crc, crc);
+    Py_XINCREF(tainted);
+    Py_XSETREF(e->tainted, tainted);
     return 0;
 }
 
@@ -844,6 +877,7 @@ static int Encoder_traverse(Encoder *e, visitproc visit, void *arg) {
     Py_VISIT(e->shapes);
     Py_VISIT(e->quiet);
     Py_VISIT(e->crc);
+    Py_VISIT(e->tainted);
     for (int i = 0; i < N_READS; i++)
         Py_VISIT(e->reads[i]);
     return 0;
@@ -861,6 +895,7 @@ static int Encoder_clear(Encoder *e) {
     Py_CLEAR(e->shapes);
     Py_CLEAR(e->quiet);
     Py_CLEAR(e->crc);
+    Py_CLEAR(e->tainted);
     for (int i = 0; i < N_READS; i++)
         Py_CLEAR(e->reads[i]);
     e->summary_slots.type = NULL; /* borrowed from summary_type */
@@ -921,7 +956,7 @@ static PyTypeObject EncoderType = {
     .tp_basicsize = sizeof(Encoder),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Encoder(tensor_types, walk, cache, summarize, summary_type, kinds, strided, shape_of, shapes, "
-              "max_depth, quiet=None, crc=None)\n\n"
+              "max_depth, quiet=None, crc=None, tainted=None)\n\n"
               "Called with a value, returns it encoded as ValueEncoder.encode(value, summarizer._tensor_leaf) "
               "would (see the module's docstring).",
     .tp_new = Encoder_new,

@@ -16,6 +16,11 @@ containers), unless filters or saved tensors are in play; those come to the Pyth
 covers all cases. The debugger's reads of tensors are never dispatched to a torch-function mode or tensor
 subclass of the user's.
 
+A few functions make an alias through which a tensor's memory can be written without its version counter
+moving (`.data`, `.numpy()`, `__array__`, `__dlpack__`, its storage), or rebind its memory (`t.data = x`). They
+are not records: the mode hands their tensors to `Summarizer.taint`, so that no summary of memory in those
+storages comes from the step's cache afterwards (see core/summary.py).
+
 torch.distributed's collectives do not go through `__torch_function__`; they are wrapped while collecting
 and restored at `stop()` (so `from torch.distributed import all_reduce` made before `start()` is not seen).
 Their `output` holds their tensor arguments after the operation (for `async_op=True`, once the work is done).
@@ -47,6 +52,13 @@ API_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apis.yaml")
 # Later sections win when two names are the same object (F.conv2d is torch.conv2d): the most specific name.
 SECTIONS = (("tensor", "Tensor", torch.Tensor), ("torch", "Torch", torch), ("functional", "Functional", F))
 OPTIMIZER = "optimizer"
+# The functions that make a version-free alias of a tensor's memory or rebind it (see the module's docstring):
+# `.data` reaches the mode as its getter's and setter's method-wrappers, equal to these
+ALIASES = {f"Tensor.{name}": func for name, func in (
+    ("data", torch.Tensor.data.__get__), ("data (set)", torch.Tensor.data.__set__),
+    *((name, getattr(torch.Tensor, name, None))
+      for name in ("numpy", "__array__", "__dlpack__", "untyped_storage", "storage")))
+    if func is not None}
 
 
 @functools.lru_cache(maxsize=8)
@@ -110,7 +122,13 @@ class ApiCapture(TorchFunctionMode):
         self.recorder = recorder
         self.summarizer = summarizer
         self.modules = modules
-        self.table, self.distributed = load_api_list(api_list)
+        table, self.distributed = load_api_list(api_list)
+        self.table = dict(table)  # the parsed list is shared by every debugger of the process
+        for name, func in ALIASES.items():
+            if func in self.table:
+                log.warning("%s is in the API list but is not captured: it makes an alias of a tensor's memory, "
+                            "which the debugger watches instead", name)
+            self.table[func] = summarizer.taint  # not a (prefix, name) entry: see __torch_function__
         self.in_optimizer = False
         self.active = False
         self._patched = {}
@@ -157,7 +175,12 @@ class ApiCapture(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         entry = self.table.get(func)
-        if entry is None or not self.session.forward_on:
+        if entry is None:
+            return func(*args, **kwargs)
+        if entry.__class__ is not tuple:  # an alias is made: Summarizer.taint (guarded), then the call
+            entry(args)
+            return func(*args, **kwargs)
+        if not self.session.forward_on:
             return func(*args, **kwargs)
         try:
             call = self._open(entry, args, kwargs)

@@ -281,7 +281,7 @@ class TorchSummarizer(Summarizer):
                 PLAIN_TENSORS,
                 lambda value, depth: encoder.encode(value, self._tensor_leaf, (), depth),
                 self._cache, self._fresh, TensorSummary, _IN_PLACE_KINDS, torch.strided, canonical_shape, SHAPES,
-                MAX_DEPTH, quiet=self.quiet, crc=zlib_ng.crc32 if self.md5 else None)
+                MAX_DEPTH, quiet=self.quiet, crc=zlib_ng.crc32 if self.md5 else None, tainted=self._tainted)
             self.seal = self.fast_encode.seal
 
     # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
@@ -293,6 +293,22 @@ class TorchSummarizer(Summarizer):
         try:
             return t._version
         except RuntimeError:  # an inference tensor (torch.inference_mode) keeps no version counter
+            return None
+
+    @staticmethod
+    def extent(t):
+        try:
+            storage = t.untyped_storage()
+            start = storage.data_ptr()
+            return start, start + storage.nbytes()
+        except Exception:  # noqa: BLE001 - no storage to read (sparse, nested, a subclass's): all memory
+            return None
+
+    @staticmethod
+    def address(t):
+        try:
+            return t.data_ptr()
+        except Exception:  # noqa: BLE001 - no memory of its own to read: counted as tainted
             return None
 
     def _resolve_device(self) -> None:
