@@ -202,6 +202,40 @@ def test_api_raising_inside_try_does_not_disturb_capture(tmp_path):
     assert list(dump) == ["Tensor.t.0.forward", "Torch.matmul.1.forward", "Torch.relu.0.forward"]
 
 
+@pytest.mark.parametrize("route", ["C", "Python"])
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_accumulated_micro_batches_each_get_their_own_gradient(tmp_path, monkeypatch, route, level):
+    """Two micro-batches, one optimizer step: each call's backward record holds the gradient of its own
+    micro-batch's backward pass (before, the second pass's gradient overwrote the first call's record)."""
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 3)
+    xs = [torch.randn(5, 4), torch.randn(5, 4) * 3]
+    wanted = []
+    for x in xs:                                  # each micro-batch's own dL/dW and dL/db, independently
+        w, b = lin.weight.detach().clone().requires_grad_(), lin.bias.detach().clone().requires_grad_()
+        (F.linear(x, w, b) ** 2).sum().backward()
+        wanted.append((w.grad, b.grad))
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": level}))
+    d = PrecisionDebugger(str(tmp_path / "config.json"))
+    d.start(model=lin)
+    for x in xs:
+        y = lin(x)
+        (y * y).sum().backward()
+    d.stop()
+    d.step()
+    dump = data(tmp_path / "dump")
+    for n, (dw, db) in enumerate(wanted):
+        record = dump[f"Functional.linear.{n}.backward"]
+        assert_stats(record["output"][1], dw)
+        assert_stats(record["output"][2], db)
+    assert_stats(dump["Tensor.mul.1.backward"]["input"][0], torch.ones(5, 3))
+
+
 def test_backward_values_against_autograd(tmp_path):
     torch.manual_seed(0)
     x = torch.randn(4, 3, requires_grad=True)

@@ -76,8 +76,8 @@ class BackwardCall:
 
 
 class _GradSlot:
-    """The hook on one tensor: when its gradient arrives, fills each place the tensor holds this step, as
-    (backward call, key, index). A tensor that is one call's output and the next call's input has two places
+    """The hook on one tensor: when its gradient arrives, fills each place the tensor has held since the last
+    gradient, as (backward call, key, index). A tensor that is one call's output and the next call's input has two places
     and one hook: torch's `register_hook` costs about 3 µs, and every hook is a Python call in backward.
 
     One small object rather than a closure (a function and three cells): a step makes hundreds, alive until
@@ -91,7 +91,10 @@ class _GradSlot:
         self.version = None
 
     def __call__(self, grad):  # the guard is inline: no decorator layer for every gradient
-        for backward, key, index in self.places:
+        # A gradient arrives once per backward pass, for the calls made before it: they are done with. Calls
+        # made after it (the next micro-batch of an accumulating step) wait for the next pass's gradient.
+        places, self.places = self.places, []
+        for backward, key, index in places:
             try:
                 backward.fill(key, index, grad)
             except Exception as exc:  # noqa: BLE001 - never break the user's backward

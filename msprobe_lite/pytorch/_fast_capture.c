@@ -369,7 +369,7 @@ static int on_grad(Handler *h, PyObject *t, PyObject *fn) {
 /* -- the gradient hook: _GradSlot and BackwardCall.fill in C -------------------------------------------------- */
 
 /* One tensor's gradient hook (core/calls.py _GradSlot, made by this route): when the gradient arrives, it fills
-   each place the tensor holds this step, as (BackwardCall, key, index). `places`, `tensor` (a weak reference)
+   each place the tensor has held since its last gradient, as (BackwardCall, key, index). `places`, `tensor` (a weak reference)
    and `version` are read and extended by CallRecorder._hook as a _GradSlot's are. */
 typedef struct {
     PyObject_HEAD
@@ -590,10 +590,14 @@ static PyObject *GradHook_call(GradHook *g, PyObject *args, PyObject *kwargs) {
         Py_RETURN_NONE;
     Py_INCREF(h);
     PyObject *places = PySequence_Fast(g->places, "a gradient hook's places: expected a list");
-    if (places == NULL) {
+    PyObject *fresh = places ? PyList_New(0) : NULL;
+    if (fresh == NULL) {
+        Py_XDECREF(places);
         Py_DECREF(h);
         return NULL;
     }
+    /* _GradSlot.__call__: the places so far are this gradient's; calls made after it wait for the next one */
+    Py_SETREF(g->places, fresh);
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(places); i++) {
         PyObject *place = PySequence_Fast_GET_ITEM(places, i);
         Py_INCREF(place); /* the list is the hook's own: Python code run by fill() may change it */
