@@ -187,6 +187,30 @@ def test_weights_clipped_through_data_are_dumped_clipped(tmp_path, level):
         assert_stats(dump[linears[2]]["input_args"][1], seen[step])
 
 
+def test_power_operators_and_logsigmoid_are_recorded(tmp_path):
+    """`x ** 2` and `x **= 2` reach the mode as `Tensor.__pow__`/`__ipow__`, functions named `pow`/`pow_`
+    that are not `Tensor.pow`/`pow_`; the API list left them out (and `F.logsigmoid`, held under another
+    name), so a changed exponent went unseen by compare."""
+    x = torch.randn(3, 4)
+    before = x.clone()
+    held = [x]
+
+    def program():
+        y = x ** 2
+        held[0] **= 3
+        z = 2 ** y
+        return F.logsigmoid(z)
+
+    dump, _ = dump_of(tmp_path, program)
+    assert list(dump) == ["Tensor.__pow__.0.forward", "Tensor.__ipow__.0.forward", "Tensor.__rpow__.0.forward",
+                          "Functional.logsigmoid.0.forward"]
+    assert_stats(dump["Tensor.__pow__.0.forward"]["output"][0], before ** 2)
+    assert dump["Tensor.__pow__.0.forward"]["input_args"][1] == {"type": "int", "value": 2}
+    assert_stats(dump["Tensor.__ipow__.0.forward"]["input_args"][0], before)
+    assert_stats(dump["Tensor.__ipow__.0.forward"]["output"][0], before ** 3)
+    assert_stats(dump["Functional.logsigmoid.0.forward"]["output"][0], F.logsigmoid(2 ** (before ** 2)))
+
+
 def test_api_raising_inside_try_does_not_disturb_capture(tmp_path):
     a, b = torch.randn(2, 3), torch.randn(4, 5)
 

@@ -37,10 +37,19 @@ DISTRIBUTED = ["all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
 
 
 def names(namespace, funcs) -> list:
+    """The names under which `namespace` holds each function: its own name, else the attribute holding it
+    (`Tensor.__pow__` is a function named `pow` that is not `Tensor.pow`; PyTorch hands it to the mode as is)."""
+    held = {}
+    for attr in dir(namespace):
+        value = getattr(namespace, attr, None)
+        if callable(value):
+            held.setdefault(id(value), attr)
     out = set()
     for f in funcs:
         name = getattr(f, "__name__", None)
-        if name and not NOT_OPS.match(name) and getattr(namespace, name, None) is f:
+        if name and getattr(namespace, name, None) is not f:
+            name = held.get(id(f))
+        if name and not NOT_OPS.match(name):
             out.add(name)
     return sorted(out)
 
