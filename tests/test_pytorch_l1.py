@@ -419,6 +419,41 @@ def test_filters_at_l1(tmp_path, cfg, expected):
     assert list(dump) == expected
 
 
+@pytest.mark.parametrize("cfg,said", [
+    ({"statistics": {"list": ["Functional.linaer.0.forward"]}},
+     "no record name matched list ['Functional.linaer.0.forward']"),
+    ({"statistics": {"scope": ["Torch.exp.0.forward", "Torch.relu.9.forward"]}},
+     "scope's last name 'Torch.relu.9.forward' was not reached: dumped from 'Torch.exp.0.forward' to the end"),
+    ({"statistics": {"scope": ["Torch.exq.0.forward", "Torch.relu.0.forward"]}},
+     "scope's first name 'Torch.exq.0.forward' was not reached: nothing in the scope was dumped"),
+])
+def test_a_filter_name_that_matches_nothing_is_said_once(tmp_path, caplog, cfg, said):
+    """A misspelt `list` or `scope` name gave an empty or a partial dump and no word about it."""
+    x = torch.randn(4, requires_grad=True)
+    body = {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": "L1", **cfg}
+    (tmp_path / "config.json").write_text(json.dumps(body))
+    d = PrecisionDebugger(str(tmp_path / "config.json"))
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        for _ in range(2):
+            d.start()
+            torch.relu(torch.exp(torch.sin(x)) * 2).sum().backward()
+            d.stop()
+            d.step()
+    assert caplog.text.count(said) == 1, caplog.text
+
+
+def test_filters_that_match_say_nothing(tmp_path, caplog):
+    x = torch.randn(4, requires_grad=True)
+
+    def program():
+        torch.relu(torch.exp(torch.sin(x)) * 2).sum().backward()
+
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        dump_of(tmp_path, program, statistics={"list": ["relu"], "scope": ["Torch.exp.0.forward",
+                                                                           "Torch.relu.0.forward"]})
+    assert "was not reached" not in caplog.text and "matched" not in caplog.text
+
+
 def test_torch_is_untouched(tmp_path):
     before = (torch.add, torch.Tensor.add, F.linear, torch.Tensor.__add__, torch.nn.functional.relu)
     d = PrecisionDebugger(dump_path=str(tmp_path), level="L1", task="statistics")

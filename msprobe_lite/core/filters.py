@@ -35,14 +35,16 @@ class RecordFilter:
     def reset(self) -> None:
         """Start of a step: the scope has not opened yet."""
         self._in_scope = not self.scope
+        self._scope_opened = False
         self._scope_done = False
+        self._listed = False          # a record name matched `list` this step
         self._scoped = set()
         self._scoped_modules = set()  # `Module.path.Class` of module calls in scope: their gradients follow
 
     # -- scope bookkeeping, driven by the hooks -------------------------------------------------------------
     def on_start(self, name: str) -> None:
         if self.scope and not self._in_scope and not self._scope_done and name == self.scope[0]:
-            self._in_scope = True
+            self._in_scope = self._scope_opened = True
 
     def on_end(self, name: str) -> None:
         if self.scope and self._in_scope and name == self.scope[1]:
@@ -69,13 +71,28 @@ class RecordFilter:
             return True
         direction = direction_of(name)
         in_scope = self._scope_allows(name, direction)  # first: scope membership must not depend on data_mode
+        if self.names:  # before data_mode: whether `list` matched anything must not depend on it either
+            if not any(matches_fragment(name, f) for f in self.names):
+                return False
+            self._listed = True
         if direction in (FORWARD, BACKWARD) and direction not in self.directions:
             return False
         if direction == PARAMS_GRAD and BACKWARD not in self.directions:
             return False
-        if self.names and not any(matches_fragment(name, f) for f in self.names):
-            return False
         return in_scope
+
+    def unmatched(self) -> list:
+        """At the end of a collected step: what of `scope` and `list` matched nothing (most likely a misspelt
+        name), in words; empty when all did."""
+        found = []
+        if self.scope and not self._scope_opened:
+            found.append(f"scope's first name {self.scope[0]!r} was not reached: nothing in the scope was dumped")
+        elif self.scope and not self._scope_done:
+            found.append(f"scope's last name {self.scope[1]!r} was not reached: dumped from {self.scope[0]!r} "
+                         f"to the end of the step")
+        if self.names and not self._listed:
+            found.append(f"no record name matched list {self.names}")
+        return found
 
     def wants_part(self, part: str) -> bool:
         """part is `input` or `output`."""

@@ -53,6 +53,7 @@ class Session:
         self.numbers = config.task != "structure"
         self.tensor_list = config.statistics.tensor_list if config.task == "statistics" else []
         self.saving = config.task == "tensor" or bool(self.tensor_list)  # are any tensors saved to files
+        self._said_filters: set = set()   # unmatched scope/list, said once a run
         self.overflows = 0                 # overflow_check: overflowing calls written so far (all steps)
         self._reset_step()
         _register(self)
@@ -105,12 +106,22 @@ class Session:
         self.forward_on = False
         self.flush()
         self.prepared.discard()
+        if self.step_open:
+            self._say_unmatched_filters()
         self.step_open = False
         self.step += 1
         self._reset_step()
         last = self.config.step.last
         if (last is not None and self.step > last) or self._overflow_limit_reached():
             self.finished = True
+
+    def _say_unmatched_filters(self) -> None:
+        """A misspelt `scope` or `list` name leaves an empty or partial dump and no error: said once a run."""
+        for what in self.filter.unmatched():
+            if what not in self._said_filters:
+                self._said_filters.add(what)
+                log.warning("step %d: %s (names as in a dump made without the filter, such as "
+                            "Functional.linear.0.forward or Module.fc1.Linear.forward.0)", self.step, what)
 
     # -- used by hooks ---------------------------------------------------------------------------------------
     # CallRecorder (calls.py) and the C API handler (pytorch/_fast_capture.c) do what next_index, add and
