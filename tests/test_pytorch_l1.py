@@ -260,6 +260,33 @@ def test_accumulated_micro_batches_each_get_their_own_gradient(tmp_path, monkeyp
     assert_stats(dump["Tensor.mul.1.backward"]["input"][0], torch.ones(5, 3))
 
 
+@pytest.mark.parametrize("route", ["C", "Python"])
+def test_setitem_backward_has_the_gradient_of_its_output(tmp_path, monkeypatch, route):
+    """`x[i] = y` returns None; its record's output is x after the assignment, and its backward record's
+    `input` is now that output's gradient (it was empty), as for any other in-place call."""
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+    torch.manual_seed(0)
+    a, w, v = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4), torch.randn(4, requires_grad=True)
+
+    def program():
+        x = a * 1.0
+        x[1] = v
+        (x * w).sum().backward()
+
+    dump, _ = dump_of(tmp_path, program)
+    backward = dump["Tensor.__setitem__.0.backward"]
+    assert_stats(backward["input"][0], w)                       # d(loss)/d(x after the assignment)
+    before = w.clone()
+    before[1] = 0.0
+    assert len(backward["output"]) == 2                          # the tensor arguments: x and v
+    assert_stats(backward["output"][0], before)                 # x before: row 1 was overwritten
+    assert_stats(backward["output"][1], w[1])                   # v
+    assert_stats(dump["Tensor.mul.0.backward"]["output"][0], before)   # what reached x = a * 1.0
+
+
 def test_backward_values_against_autograd(tmp_path):
     torch.manual_seed(0)
     x = torch.randn(4, 3, requires_grad=True)

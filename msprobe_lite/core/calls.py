@@ -254,7 +254,7 @@ class CallRecorder:
 
     def end_api(self, call: Call, api: str, args, output) -> None:
         if api == "__setitem__" and args:
-            self.end(call, output, recorded_output=args[0])  # x[i] = y: the output is x, changed
+            self.end(call, args[0])  # x[i] = y: the output is x, changed (recorded, and hooked for its gradient)
         else:
             self.end(call, output)
 

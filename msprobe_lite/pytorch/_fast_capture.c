@@ -882,12 +882,13 @@ fail:
 /* CallRecorder.end_api + end without filters: the output, the record joins the step, then with gradients
    recorded the outputs are hooked (gradients_after). */
 static int end_body(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Flight *f, int quieted) {
+    /* x[i] = y: the output is x, changed (recorded, and hooked for its gradient); borrowed from args */
+    if (PyTuple_GET_SIZE(args) > 0 && PyUnicode_Compare(PyTuple_GET_ITEM(entry, 1), S_setitem) == 0)
+        out = PyTuple_GET_ITEM(args, 0);
+    else if (PyErr_Occurred())
+        return -1;
     if (h->outputs) {
-        PyObject *shown = out; /* x[i] = y: the output is x, changed */
-        if (PyTuple_GET_SIZE(args) > 0 && PyUnicode_Compare(PyTuple_GET_ITEM(entry, 1), S_setitem) == 0)
-            shown = PyTuple_GET_ITEM(args, 0);
-        else if (PyErr_Occurred())
-            return -1;
+        PyObject *shown = out;
         int whole = PyList_Check(shown) || PyTuple_Check(shown);
         if (whole) { /* a named tuple is one value */
             int named = has_attr(shown, S_fields);
