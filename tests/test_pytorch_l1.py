@@ -287,6 +287,32 @@ def test_setitem_backward_has_the_gradient_of_its_output(tmp_path, monkeypatch, 
     assert_stats(dump["Tensor.mul.0.backward"]["output"][0], before)   # what reached x = a * 1.0
 
 
+@pytest.mark.parametrize("route", ["C", "Python"])
+def test_calls_whose_outputs_get_no_gradient_have_no_backward_record(tmp_path, monkeypatch, route):
+    """`x > 0`, `x.detach()`, `x.argmax()`: their inputs get gradients (from other calls), but nothing flows
+    into their own backward, so they have none (their records held the input's gradient, as noise)."""
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+    x = torch.randn(3, 4, requires_grad=True)
+
+    def program():
+        kept = torch.where(x > 0, x, x * 0.1)
+        (kept.sum() + x.detach().sum() + x.argmax()).backward()
+
+    dump, _ = dump_of(tmp_path, program)
+    forward = [k for k in dump if k.endswith(".forward")]
+    backward = [k for k in dump if k.endswith(".backward")]
+    assert forward == ["Tensor.gt.0.forward", "Tensor.mul.0.forward", "Torch.where.0.forward", "Tensor.sum.0.forward",
+                       "Tensor.detach.0.forward", "Tensor.sum.1.forward", "Tensor.add.0.forward",
+                       "Tensor.argmax.0.forward", "Tensor.add.1.forward"]
+    assert sorted(backward) == ["Tensor.add.0.backward", "Tensor.add.1.backward", "Tensor.mul.0.backward",
+                                "Tensor.sum.0.backward", "Torch.where.0.backward"]
+    mask = (x > 0).float()
+    assert_stats(dump["Torch.where.0.backward"]["output"][1], mask + 0.1 * (1 - mask))  # x's whole gradient
+
+
 def test_backward_values_against_autograd(tmp_path):
     torch.manual_seed(0)
     x = torch.randn(4, 3, requires_grad=True)

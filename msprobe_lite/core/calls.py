@@ -53,7 +53,9 @@ class BackwardCall:
         self.n_out = 0
         self.parent = parent  # construct.json parent, written only if the record appears
         self.save_as = name if recorder.session.saves_tensors(name) else None
-        self.abandoned = False  # its forward call raised: gradients that reach its inputs are not its
+        # its forward call raised, or no output of it can get a gradient: gradients that reach its inputs
+        # are not its
+        self.abandoned = False
 
     def fill(self, key, index, grad) -> None:
         recorder = self.recorder
@@ -169,8 +171,12 @@ class CallRecorder:
         """After the call returned (`gradients_before` ran): its outputs are hooked for its backward `input`."""
         outputs = tensors_in(output, self._is_tensor)
         backward = call.backward
-        if backward is None and any(map(self._may_get_grad, outputs)):  # e.g. a factory with
-            backward = self._backward(call)                           # requires_grad=True
+        flows = any(map(self._may_get_grad, outputs))
+        if backward is None and flows:     # e.g. a factory with requires_grad=True
+            backward = self._backward(call)
+        elif backward is not None and not flows:
+            backward.abandoned = True      # nothing flows into its backward (x > 0, x.detach()): no record
+            return
         if backward is not None:
             self._hook(backward, outputs, "input")
 

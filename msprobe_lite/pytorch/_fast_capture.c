@@ -746,10 +746,20 @@ static int grads_after(Handler *h, PyObject *call, PyObject *out, int quieted) {
     if (rc == 1) {
         PyObject *backward = *(PyObject **)((char *)call + h->call_slots.offsets[2]);
         Py_XINCREF(backward);
+        int wanted = any_may_get_grad(outputs);
         if (backward == Py_None || backward == NULL) {
             Py_XDECREF(backward);
-            int wanted = any_may_get_grad(outputs);
             backward = wanted > 0 ? backward_of(h, call) : wanted < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
+        } else if (wanted <= 0) { /* nothing flows into its backward (x > 0, x.detach()): no record */
+            if (wanted == 0 && Py_TYPE(backward) == h->backward_slots.type) {
+                PyObject **abandoned = (PyObject **)((char *)backward + h->backward_slots.offsets[7]);
+                Py_INCREF(Py_True);
+                Py_XSETREF(*abandoned, Py_True);
+            } else if (wanted == 0 && PyObject_SetAttrString(backward, "abandoned", Py_True) < 0) {
+                wanted = -1;
+            }
+            Py_DECREF(backward);
+            backward = wanted < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
         }
         if (backward == NULL)
             rc = -1;
