@@ -116,6 +116,49 @@ def test_identical_runs_pass_everything(tmp_path, golden):
     assert pair["counts"]["unmatched_target"] == pair["counts"]["unmatched_golden"] == 0
 
 
+def test_dumps_of_l1_and_mix_pair_their_api_calls_and_say_the_levels_differ(tmp_path, golden):
+    """An L1 dump keeps no parent modules, a mix dump does: its calls were grouped apart and never paired,
+    and the answer read "no divergent call found; a call only in the target: ..." for a call both made."""
+    target = dump_transformer(tmp_path / "t", level="L1")
+    (pair,) = run(target, golden, tmp_path / "out").pairs
+    counts = pair["counts"]
+    assert pair["first_divergence"] is None and pair["first_only_in_target"] is None
+    assert counts["error"] == counts["warning"] == counts["unmatched_target"] == 0 and counts["pass"] > 100
+    golden_data = json.load(open(os.path.join(golden, "step0", "rank", "dump.json")))["data"]
+    assert counts["unmatched_golden"] == sum(1 for k in golden_data if k.startswith("Module."))
+    assert pair["note"] == ("levels differ (target L1, golden mix): API calls paired without their modules, "
+                            "module records left unmatched")
+    assert console_line(pair).startswith("[step 0] (levels differ (target L1, golden mix)")
+
+
+def test_dumps_of_l0_and_l1_are_refused(tmp_path):
+    modules = dump_transformer(tmp_path / "modules", level="L0")
+    apis = dump_transformer(tmp_path / "apis", level="L1")
+    with pytest.raises(CompareError, match="L0 records modules and L1 records APIs, so they have no record in common"):
+        run(modules, apis, tmp_path / "out")
+
+
+def test_a_backward_divergence_is_placed_at_its_forward_call(tmp_path):
+    """stack.json holds forward calls: a backward record named as the first divergence had no place in the
+    code on the answer line. Here the target scales one module's input gradient: the forward passes agree."""
+    def dump(path, scaled):
+        torch.manual_seed(0)
+        model = TinyTransformer().eval()
+        if scaled:
+            model.norm.register_full_backward_hook(lambda m, grad_in, grad_out: (grad_in[0] * 1.05,))
+        tokens = torch.randint(0, 32, (2, 6), generator=torch.Generator().manual_seed(1))
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
+        d.start(model=model)
+        model(tokens)[0].pow(2).mean().backward()
+        d.stop()
+        d.step()
+        return path
+
+    fd = run(dump(tmp_path / "t", True), dump(tmp_path / "g", False), tmp_path / "out").pairs[0]["first_divergence"]
+    assert fd is not None and fd["name"].endswith(".backward"), fd
+    assert fd["stack"] and "models.py" in fd["stack"][0], fd
+
+
 @pytest.mark.parametrize("fault,check", [
     ("gelu", lambda fd: fd["name"] == "Functional.gelu.0.forward" and "approximate" in fd["reason"]),
     ("ln_eps", lambda fd: fd["name"] == "Functional.layer_norm.3.forward"

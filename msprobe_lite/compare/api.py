@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from ..core.naming import counterpart
 from ..core.writer import write_atomic
 from . import report, tensors
 from .frameworks import translations
@@ -169,13 +170,33 @@ def _as_is(name):
     return name
 
 
+def _levels(target_level: str, golden_level: str) -> str | None:
+    """None for two dumps of one level; else what a compare of the two pairs, in words for the answer line.
+    L0 records modules and L1 APIs: such dumps have nothing in common, which is bad input."""
+    if target_level == golden_level or not target_level or not golden_level:
+        return None
+    both = {target_level, golden_level}
+    said = f"levels differ (target {target_level}, golden {golden_level})"
+    if both == {"L0", "L1"}:
+        raise CompareError(f"the target is an {target_level} dump and the golden an {golden_level} dump: L0 "
+                           f"records modules and L1 records APIs, so they have no record in common (expected "
+                           f"two dumps of one level, or mix against either)")
+    if both == {"L1", "mix"}:
+        return said + ": API calls paired without their modules, module records left unmatched"
+    if both == {"L0", "mix"}:
+        return said + ": module records paired, API calls left unmatched"
+    return said
+
+
 def _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, show_progress,
                  workers):
     target, golden = load_dump(target_path, step, rank), load_dump(golden_path, step, rank)
     mode = _mode(target, golden)
     t_names, g_names = translations(target.framework, golden.framework)
     rename_t = (lambda n: t_names.record(rename(n))) if t_names else rename
-    pairs = pair_records(target, golden, rename_t, g_names.record if g_names else _as_is)
+    note = _levels(target.level, golden.level)
+    pairs = pair_records(target, golden, rename_t, g_names.record if g_names else _as_is,
+                         by_parent="L1" not in {target.level, golden.level} or target.level == golden.level)
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
     judge = Judge(mode, _tensor_measurer(measured), t_names and t_names.row_tail, g_names and g_names.row_tail)
     inner = _inner_eps(pairs, target, golden)
@@ -192,7 +213,9 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     first_error = None    # the first error of any kind: said when no call introduced a divergence
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
-        stack = target.stacks.get(pair.target) or [] if pair.target else []
+        # a backward record's place in the code is its forward call's
+        stack = (target.stacks.get(pair.target) or target.stacks.get(counterpart(pair.target)) or []) \
+            if pair.target else []
         upstream = max(_upstream(pair.target, seen_err), inside.get(pair.target, 0.0)) if pair.target else 0.0
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
                                            upstream)
@@ -242,7 +265,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         files.append(xlsx_path)
     summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
                     "counts": counts, "first_divergence": first, "first_only_in_target": extra,
-                    "first_error": first_error,
+                    "first_error": first_error, "note": note,
                     "result_file": csv_path}
     return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules}
 

@@ -90,18 +90,20 @@ def _canonical(rename):
     return name_of
 
 
-def pair_records(target, golden, rename=_same, rename_golden=_same) -> list:
+def pair_records(target, golden, rename=_same, rename_golden=_same, by_parent: bool = True) -> list:
     """Pairs in target execution order; golden-only records follow the pair of the golden record before them.
 
     `rename` and `rename_golden` map each side's names into one naming where they can meet: user mappings
-    on the target, and a MindSpore side read in PyTorch's names when the frameworks differ."""
+    on the target, and a MindSpore side read in PyTorch's names when the frameworks differ. `by_parent`
+    False groups calls without their parent modules (an L1 dump has none to match a mix dump's)."""
     rename, rename_golden = _canonical(rename), _canonical(rename_golden)
+    parents_t, parents_g = (target.parents, golden.parents) if by_parent else ({}, {})
     groups_t: dict = {}
     groups_g: dict = {}
     for name in target.records:
-        groups_t.setdefault(_group_key(name, target.parents, rename), []).append(name)
+        groups_t.setdefault(_group_key(name, parents_t, rename), []).append(name)
     for name in golden.records:
-        groups_g.setdefault(_group_key(name, golden.parents, rename_golden), []).append(name)
+        groups_g.setdefault(_group_key(name, parents_g, rename_golden), []).append(name)
     partner: dict = {}
     for key, t_names in groups_t.items():
         g_names = groups_g.get(key, [])

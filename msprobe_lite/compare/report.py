@@ -156,7 +156,8 @@ def console_line(pair: dict) -> str:
             (f"; first error: {error['name']} -- {error['reason']}{_at(error)}" if error else "")
     else:
         head = f"first divergence: {fd['name']} -- {fd['reason']}{_at(fd)}" + (f"; before it, {only}" if only else "")
-    return f"[{where}] {head}; {counts}"
+    note = f" ({pair['note']})" if pair.get("note") else ""
+    return f"[{where}]{note} {head}; {counts}"
 
 
 def _at(found: dict) -> str:
