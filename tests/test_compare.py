@@ -412,6 +412,9 @@ def test_bad_inputs_give_clear_errors(tmp_path, golden, capsys):
     (bad / "dump.json").write_text('{"task": "statistics", "data": {"a": ')
     with pytest.raises(CompareError, match="not valid JSON.*truncated"):
         run(bad / "dump.json", golden, tmp_path / "out")
+    (bad / "dump.json").write_text('{"task": "statistics", "data": {"a')
+    with pytest.raises(CompareError, match="Unterminated string starting at line 1, column 33 -- is"):
+        run(bad / "dump.json", golden, tmp_path / "out")
     (bad / "dump.json").write_text('[1, 2]')
     with pytest.raises(CompareError, match="not a dump.json"):
         run(bad / "dump.json", golden, tmp_path / "out")

@@ -54,7 +54,8 @@ def _load_json(path: str, what: str):
     except FileNotFoundError:
         raise DumpError(f"{path}: no such file ({what})") from None
     except json.JSONDecodeError as exc:
-        raise DumpError(f"{path}: not valid JSON ({what}): {exc.msg} at line {exc.lineno}, "
+        message = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg  # "Unterminated string starting at"
+        raise DumpError(f"{path}: not valid JSON ({what}): {message} at line {exc.lineno}, "
                         f"column {exc.colno} -- is the file truncated?") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DumpError(f"{path}: cannot be read ({what}): {exc}") from None
