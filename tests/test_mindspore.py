@@ -38,6 +38,18 @@ def run_once(tmp_path, level, kind="mlp", task="statistics", **config):
 
 
 # -- L0 -------------------------------------------------------------------------------------------------------
+def test_without_tensor_hooks_cells_keep_their_backward_records(tmp_path, monkeypatch):
+    """MindSpore 2.0 has no Tensor.register_hook: no tensor "may get" a gradient there, and the rule that drops
+    the backward record of a call whose outputs get none must not drop every cell's (simulated here)."""
+    import msprobe_lite.mindspore.framework as fw
+
+    monkeypatch.setattr(fw, "TENSOR_HOOKS", False)
+    monkeypatch.setattr(fw.MindSporeFramework, "tensor_hooks", False)
+    run_once(tmp_path, "L0")
+    backward = sorted(k for k in load(tmp_path)["data"] if ".backward." in k)
+    assert backward == ["Cell.act.ReLU.backward.0", "Cell.fc1.Linear.backward.0", "Cell.fc2.Linear.backward.0"]
+
+
 def test_l0_mlp_forward_backward_and_parameter_gradients_match_numpy(tmp_path):
     _, (_, _, grads) = run_once(tmp_path, "L0")
     dump = load(tmp_path)

@@ -84,6 +84,42 @@ def test_parameter_gradients_after_accumulation(tmp_path):
     assert [n for n in dump if "forward" in n] == [f"Module.0.Linear.forward.{i}" for i in range(3)]
 
 
+def test_a_module_returning_a_dataclass_keeps_its_backward_record(tmp_path):
+    """The walker does not open a dataclass: no output tensor is seen, which is not "no output gets a
+    gradient" (gradients do flow into its inputs)."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Out:
+        hidden: torch.Tensor
+
+    class Enc(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return Out(torch.tanh(self.lin(x)))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.head = Enc(), nn.Linear(3, 1)
+
+        def forward(self, x):
+            return self.head(self.enc(x).hidden)
+
+    torch.manual_seed(0)
+    net, x = Net(), torch.randn(4, 3, requires_grad=True)
+    d = dbg(tmp_path)
+    d.start(model=net)
+    net(x).sum().backward()
+    d.stop()
+    d.step()
+    record = data(tmp_path)["Module.enc.Enc.backward.0"]
+    assert_stats(record["output"][0], x.grad)
+
+
 def test_inplace_relu_inputs_taken_before_mutation(tmp_path):
     torch.manual_seed(0)
     model, x, _ = make("mlp_inplace")

@@ -313,6 +313,35 @@ def test_calls_whose_outputs_get_no_gradient_have_no_backward_record(tmp_path, m
     assert_stats(dump["Torch.where.0.backward"]["output"][1], mask + 0.1 * (1 - mask))  # x's whole gradient
 
 
+@pytest.mark.parametrize("route", ["C", "Python"])
+def test_later_backward_passes_still_fill_the_calls_that_made_a_tensor(tmp_path, monkeypatch, route):
+    """An `autograd.grad` pass inside the forward (a gradient penalty), then the training loss's backward: the
+    call that made `h` holds the training gradient, and a call only in the second loss holds that loss's
+    gradient (the last pass that reaches a tensor wins, as before micro-batches were told apart)."""
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+    torch.manual_seed(0)
+    x, w = torch.randn(5, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
+
+    def program():
+        h = torch.tanh(x @ w)
+        (dh,) = torch.autograd.grad(h.sum(), x, create_graph=True)
+        ((h * 3.0).sum() + (dh ** 2).sum()).backward()
+        s = torch.sin(x)
+        (torch.cos(s) * 1.0).sum().backward(retain_graph=True)
+        (torch.exp(s) * 5.0).sum().backward()
+
+    dump, _ = dump_of(tmp_path, program)
+    xx, ww = x.detach().requires_grad_(), w.detach()   # the training loss's gradient at h, independently
+    hh = torch.tanh(xx @ ww)
+    (dd,) = torch.autograd.grad(hh.sum(), xx, create_graph=True)
+    (want_h,) = torch.autograd.grad((hh * 3.0).sum() + (dd ** 2).sum(), hh)
+    assert_stats(dump["Torch.tanh.0.backward"]["input"][0], want_h)
+    assert_stats(dump["Torch.exp.0.backward"]["output"][0], 5.0 * torch.exp(torch.sin(x.detach())))
+
+
 def test_backward_values_against_autograd(tmp_path):
     torch.manual_seed(0)
     x = torch.randn(4, 3, requires_grad=True)

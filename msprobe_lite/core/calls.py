@@ -78,25 +78,33 @@ class BackwardCall:
 
 
 class _GradSlot:
-    """The hook on one tensor: when its gradient arrives, fills each place the tensor has held since the last
-    gradient, as (backward call, key, index). A tensor that is one call's output and the next call's input has two places
+    """The hook on one tensor: when its gradient arrives, fills each place the tensor holds, as (backward call,
+    key, index). Every backward pass that reaches the tensor fills them again: the last pass wins (the
+    training loss's, after an `autograd.grad` made in the forward). But a call that takes the tensor as an
+    input after a pass has reached it ends the places of the calls that took it as an input before
+    (`restart`): they keep that pass's gradient. So with micro-batches accumulating gradients, each call
+    that used a weight keeps its own micro-batch's gradient, while the call that made an activation still
+    gets later passes' gradients of it. A tensor that is one call's output and the next call's input has two places
     and one hook: torch's `register_hook` costs about 3 µs, and every hook is a Python call in backward.
 
     One small object rather than a closure (a function and three cells): a step makes hundreds, alive until
     backward, and every object that outlives a young collection brings the next full one closer."""
 
-    __slots__ = ("places", "tensor", "version")
+    __slots__ = ("places", "tensor", "version", "fired")
 
     def __init__(self, place):
         self.places = [place]
         self.tensor = None   # weak reference to the hooked tensor, and its version when hooked
         self.version = None
+        self.fired = False   # its gradient came since the places were started
+
+    def restart(self, place) -> None:
+        self.places = [p for p in self.places if p[1] != place[1]] + [place]
+        self.fired = False
 
     def __call__(self, grad):  # the guard is inline: no decorator layer for every gradient
-        # A gradient arrives once per backward pass, for the calls made before it: they are done with. Calls
-        # made after it (the next micro-batch of an accumulating step) wait for the next pass's gradient.
-        places, self.places = self.places, []
-        for backward, key, index in places:
+        self.fired = True
+        for backward, key, index in self.places:
             try:
                 backward.fill(key, index, grad)
             except Exception as exc:  # noqa: BLE001 - never break the user's backward
@@ -174,8 +182,10 @@ class CallRecorder:
         flows = any(map(self._may_get_grad, outputs))
         if backward is None and flows:     # e.g. a factory with requires_grad=True
             backward = self._backward(call)
-        elif backward is not None and not flows:
-            backward.abandoned = True      # nothing flows into its backward (x > 0, x.detach()): no record
+        elif backward is not None and outputs and not flows and not self._always_backward:
+            # nothing flows into its backward (x > 0, x.detach()): no record. Not when no tensor was seen in
+            # the output (a module's dataclass), nor without tensor hooks (MindSpore 2.0: never "may get")
+            backward.abandoned = True
             return
         if backward is not None:
             self._hook(backward, outputs, "input")
@@ -193,7 +203,10 @@ class CallRecorder:
             version = version_of(t)
             slot = slots.get(id(t))
             if slot is not None and version is not None and slot.version == version and slot.tensor() is t:
-                slot.places.append((backward, key, i))
+                if slot.fired:   # a backward pass reached it since: the calls of this key are done
+                    slot.restart((backward, key, i))
+                else:
+                    slot.places.append((backward, key, i))
                 continue
             slot = _GradSlot((backward, key, i))
             self.grad_handles.append(framework.on_grad(t, slot))

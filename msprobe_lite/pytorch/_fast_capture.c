@@ -369,12 +369,13 @@ static int on_grad(Handler *h, PyObject *t, PyObject *fn) {
 /* -- the gradient hook: _GradSlot and BackwardCall.fill in C -------------------------------------------------- */
 
 /* One tensor's gradient hook (core/calls.py _GradSlot, made by this route): when the gradient arrives, it fills
-   each place the tensor has held since its last gradient, as (BackwardCall, key, index). `places`, `tensor` (a weak reference)
+   each place the tensor holds, as (BackwardCall, key, index). `places`, `tensor` (a weak reference)
    and `version` are read and extended by CallRecorder._hook as a _GradSlot's are. */
 typedef struct {
     PyObject_HEAD
     PyObject *places, *tensor, *version;
     Handler *handler;
+    char fired; /* its gradient came since its places were last started */
 } GradHook;
 
 static PyTypeObject GradHookType;
@@ -391,6 +392,7 @@ static PyObject *grad_hook_new(Handler *h, PyObject *places) {
     g->version = Py_None;
     Py_INCREF(h);
     g->handler = h;
+    g->fired = 0;
     PyObject_GC_Track(g);
     return (PyObject *)g;
 }
@@ -411,6 +413,49 @@ static int slot_view(Handler *h, PyObject *slot, PyObject **places, PyObject **w
     *weak = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[1]);
     *version = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[2]);
     return *places != NULL && *weak != NULL && *version != NULL;
+}
+
+/* _GradSlot.fired of a hook this step: its gradient came since its places were started. */
+static int slot_fired(Handler *h, PyObject *slot) {
+    if (Py_TYPE(slot) == &GradHookType)
+        return ((GradHook *)slot)->fired;
+    return *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[3]) == Py_True;
+}
+
+/* _GradSlot.restart(place): the places of the same key as `place` are done with (they keep the gradient that
+   came); `place` joins the others, and the gradient has not come for them. */
+static int slot_restart(Handler *h, PyObject *slot, PyObject *place) {
+    int ours = Py_TYPE(slot) == &GradHookType;
+    PyObject **at = ours ? &((GradHook *)slot)->places : (PyObject **)((char *)slot + h->grad_slot_slots.offsets[0]);
+    PyObject *old = *at ? PySequence_Fast(*at, "a gradient hook's places: expected a list") : PyList_New(0);
+    PyObject *list = old ? PyList_New(0) : NULL;
+    if (list == NULL || !PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 3) {
+        if (list != NULL)
+            PyErr_SetString(PyExc_TypeError, "a gradient hook's place: expected (backward, key, index)");
+        Py_XDECREF(old);
+        Py_XDECREF(list);
+        return -1;
+    }
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(old); i++) {
+        PyObject *kept = PySequence_Fast_GET_ITEM(old, i);
+        int same = PyTuple_Check(kept) && PyTuple_GET_SIZE(kept) == 3
+                       ? PyObject_RichCompareBool(PyTuple_GET_ITEM(kept, 1), PyTuple_GET_ITEM(place, 1), Py_EQ) : 0;
+        rc = same < 0 ? -1 : same ? 0 : PyList_Append(list, kept);
+    }
+    Py_DECREF(old);
+    if (rc < 0 || PyList_Append(list, place) < 0) {
+        Py_DECREF(list);
+        return -1;
+    }
+    Py_XSETREF(*at, list);
+    if (ours) {
+        ((GradHook *)slot)->fired = 0;
+    } else {
+        Py_INCREF(Py_False);
+        Py_XSETREF(*(PyObject **)((char *)slot + h->grad_slot_slots.offsets[3]), Py_False);
+    }
+    return 0;
 }
 
 /* CallRecorder._hook(backward, tensors, key). */
@@ -441,8 +486,10 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
             Py_INCREF(slot);
             int same = PyWeakref_CheckRef(weak) ? PyObject_RichCompareBool(seen, version, Py_EQ) : 0;
             if (same > 0 && slot_view(h, slot, &places, &weak, &seen) && referent_is(weak, t)) {
-                /* yes: one more place for its hook */
-                rc = PyList_Check(places) ? PyList_Append(places, place) : -1;
+                /* yes: one more place for its hook; when a backward pass has brought its gradient since, the
+                   places of the same key before are done with (see _GradSlot) */
+                rc = slot_fired(h, slot) ? slot_restart(h, slot, place)
+                     : PyList_Check(places) ? PyList_Append(places, place) : -1;
                 if (rc < 0 && !PyErr_Occurred())
                     PyErr_SetString(PyExc_TypeError, "a gradient hook's places: expected a list");
                 placed = 1;
@@ -589,15 +636,12 @@ static PyObject *GradHook_call(GradHook *g, PyObject *args, PyObject *kwargs) {
     if (h == NULL || g->places == NULL) /* cleared by the collector */
         Py_RETURN_NONE;
     Py_INCREF(h);
+    g->fired = 1;
     PyObject *places = PySequence_Fast(g->places, "a gradient hook's places: expected a list");
-    PyObject *fresh = places ? PyList_New(0) : NULL;
-    if (fresh == NULL) {
-        Py_XDECREF(places);
+    if (places == NULL) {
         Py_DECREF(h);
         return NULL;
     }
-    /* _GradSlot.__call__: the places so far are this gradient's; calls made after it wait for the next one */
-    Py_SETREF(g->places, fresh);
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(places); i++) {
         PyObject *place = PySequence_Fast_GET_ITEM(places, i);
         Py_INCREF(place); /* the list is the hook's own: Python code run by fill() may change it */
@@ -662,7 +706,22 @@ static PyMemberDef GRAD_HOOK_MEMBERS[] = { /* read-only: CallRecorder._hook read
      "(BackwardCall, key, index) for each place the tensor holds."},
     {"tensor", T_OBJECT, offsetof(GradHook, tensor), READONLY, "A weak reference to the hooked tensor, or None."},
     {"version", T_OBJECT, offsetof(GradHook, version), READONLY, "The tensor's version when it was hooked, or None."},
+    {"fired", T_BOOL, offsetof(GradHook, fired), READONLY, "Its gradient came since its places were started."},
     {NULL, 0, 0, 0, NULL}};
+
+static PyObject *GradHook_restart(GradHook *g, PyObject *place) {
+    if (g->handler == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the gradient hook was released");
+        return NULL;
+    }
+    if (slot_restart(g->handler, (PyObject *)g, place) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef GRAD_HOOK_METHODS[] = {
+    {"restart", (PyCFunction)GradHook_restart, METH_O, "_GradSlot.restart(place): the places of place's key are done with; place joins the rest."},
+    {NULL, NULL, 0, NULL}};
 
 static PyTypeObject GradHookType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe_lite.pytorch._fast_capture.GradHook",
@@ -671,6 +730,7 @@ static PyTypeObject GradHookType = {
     .tp_doc = "A tensor's gradient hook made by the C handler: core.calls._GradSlot in C (see the module).",
     .tp_call = (ternaryfunc)GradHook_call,
     .tp_members = GRAD_HOOK_MEMBERS,
+    .tp_methods = GRAD_HOOK_METHODS,
     .tp_traverse = (traverseproc)GradHook_traverse,
     .tp_clear = (inquiry)GradHook_clear,
     .tp_dealloc = (destructor)GradHook_dealloc,
@@ -750,7 +810,8 @@ static int grads_after(Handler *h, PyObject *call, PyObject *out, int quieted) {
         if (backward == Py_None || backward == NULL) {
             Py_XDECREF(backward);
             backward = wanted > 0 ? backward_of(h, call) : wanted < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
-        } else if (wanted <= 0) { /* nothing flows into its backward (x > 0, x.detach()): no record */
+        } else if (wanted < 0 || (wanted == 0 && PyList_GET_SIZE(outputs) > 0)) {
+            /* nothing flows into its backward (x > 0, x.detach()): no record; see gradients_after */
             if (wanted == 0 && Py_TYPE(backward) == h->backward_slots.type) {
                 PyObject **abandoned = (PyObject **)((char *)backward + h->backward_slots.offsets[7]);
                 Py_INCREF(Py_True);
@@ -1183,7 +1244,7 @@ static PyObject *Handler_bind(Handler *h, PyObject *args) {
 static const char *const CALL_SLOTS[] = {"name", "record", "backward", "save_as", "bwd_name", "bwd_parent", "n_in"};
 static const char *const BACKWARD_SLOTS[] = {"name", "recorder", "record", "n_in", "n_out", "parent", "save_as",
                                              "abandoned"};
-static const char *const GRAD_SLOT_SLOTS[] = {"places", "tensor", "version"};
+static const char *const GRAD_SLOT_SLOTS[] = {"places", "tensor", "version", "fired"};
 static const char *const HANDLE_SLOTS[] = {"hooks", "key"};
 
 /* bind_gradients(call_type, backward_type, grad_slot_type, handle_type, grad_slots, handles, recorder,
@@ -1202,7 +1263,7 @@ static PyObject *Handler_bind_gradients(Handler *h, PyObject *args) {
     h->grads_in_c = 0;
     int found[4] = {slots_find(&h->call_slots, types[0], CALL_SLOTS, 7),
                     slots_find(&h->backward_slots, types[1], BACKWARD_SLOTS, 8),
-                    slots_find(&h->grad_slot_slots, types[2], GRAD_SLOT_SLOTS, 3),
+                    slots_find(&h->grad_slot_slots, types[2], GRAD_SLOT_SLOTS, 4),
                     slots_find(&h->handle_slots, types[3], HANDLE_SLOTS, 2)};
     for (int i = 0; i < 4; i++) {
         if (found[i] < 0)
