@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -122,12 +123,45 @@ def test_an_alias_function_in_the_api_list_is_watched_and_said(tmp_path, caplog)
 
     path = tmp_path / "apis.yaml"
     path.write_text("tensor: [numpy, add]\n")
-    summarizer = SimpleNamespace(taint=lambda args: None)
+    summarizer = SimpleNamespace(taint=lambda args, result=None: None)
     with caplog.at_level("WARNING", logger="msprobe_lite"):
         capture = ApiCapture(None, None, summarizer, None, str(path))
     assert capture.table[torch.Tensor.numpy] is summarizer.taint
     assert capture.table[torch.Tensor.add] == ("Tensor", "add")
     assert "Tensor.numpy is in the API list but is not captured" in caplog.text
+
+
+@pytest.mark.parametrize("route", ["C", "Python"])
+def test_tensor_files_and_arrays_made_tensors_follow_writes_past_the_version(tmp_path, monkeypatch, route):
+    """Task tensor: after a write through `.data` the next call's file is its own, with the new values (it was
+    a hard link to the file from before the write). A tensor made over a numpy array by `torch.as_tensor`
+    and written through the array is summarised anew."""
+    import os
+
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+    a, array = torch.randn(6), np.arange(4, dtype=np.float32)
+    a0 = a.clone()
+    kept = []
+
+    def program():
+        torch.tanh(a)
+        a.data.mul_(2.0)
+        torch.tanh(a)
+        t = torch.as_tensor(array)
+        kept.append(t)
+        torch.relu(t)
+        array[:] = 7.0
+        torch.relu(t)
+
+    dump, folder = dump_of(tmp_path, program, task="tensor")
+    files = [os.path.join(folder, "step0", "rank", "dump_tensor_data", f"Torch.tanh.{n}.forward.input.0.pt")
+             for n in (0, 1)]
+    assert torch.equal(torch.load(files[0]), a0) and torch.equal(torch.load(files[1]), a0 * 2)
+    assert_stats(dump["Torch.relu.0.forward"]["input_args"][0], torch.arange(4.0))
+    assert_stats(dump["Torch.relu.1.forward"]["input_args"][0], torch.full((4,), 7.0))
 
 
 def test_a_write_between_two_windows_of_one_step_is_seen(tmp_path):
@@ -534,6 +568,11 @@ def test_filters_that_match_say_nothing(tmp_path, caplog):
         dump_of(tmp_path, program, statistics={"list": ["relu"], "scope": ["Torch.exp.0.forward",
                                                                            "Torch.relu.0.forward"]})
     assert "was not reached" not in caplog.text and "matched" not in caplog.text
+    (tmp_path / "b").mkdir()
+    with caplog.at_level("WARNING", logger="msprobe_lite"):   # a range from a forward call to a backward one
+        dump, _ = dump_of(tmp_path / "b", program, statistics={"scope": ["Torch.exp.0.forward",
+                                                                         "Torch.exp.0.backward"]})
+    assert "was not reached" not in caplog.text and "Torch.exp.0.backward" in dump
 
 
 def test_torch_is_untouched(tmp_path):

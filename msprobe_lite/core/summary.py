@@ -121,14 +121,16 @@ class Summarizer:
     def forget_all(self) -> None:
         """At stop(): writes made before the next start() are not seen (no alias is reported meanwhile)."""
         self._cache.clear()
+        self._snapshots.clear()
 
     @guarded("the alias watch")
-    def taint(self, args) -> None:
-        """An alias of the tensors in `args` is being made (`.data`, `.numpy()`, a DLPack capsule) or their
-        memory rebound (`t.data = other`): writes through it will not move a version counter, so for the rest
-        of the step no tensor in those storages is summarised from the cache."""
+    def taint(self, args, result=None) -> None:
+        """A call has made an alias of the tensors in `args` (`.data`, `.numpy()`, a DLPack capsule), rebound
+        their memory (`t.data = other`), or made `result` over memory that something else owns
+        (`torch.as_tensor(array)`): writes through those will not move a version counter, so for the rest of
+        the step no tensor in those storages is summarised from the cache."""
         with self.quiet():
-            for value in args:
+            for value in (*args, result):
                 if self.encoder.is_tensor(value):
                     extent = self.extent(value) or EVERYWHERE
                     if extent not in self._tainted:
@@ -234,6 +236,8 @@ class Summarizer:
             make_dirs(folder)
             self._folders.add(folder)
         key, version = id(t), self.version(t)
+        if version is not None and self._tainted and self._tainted_memory(t):
+            version = None  # memory an alias may have written: a file of its own (as for the summary)
         cached = self._snapshots.get(key)
         if version is not None and cached is not None and cached[0]() is t and cached[1] == version:
             write = functools.partial(link_or_copy, cached[2], target)

@@ -1050,14 +1050,18 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
             return NULL;
         return PyObject_Call(func, args, kwargs);
     }
-    if (!PyTuple_CheckExact(entry)) { /* an alias is made (api_capture.ALIASES): Summarizer.taint, then the call */
+    if (!PyTuple_CheckExact(entry)) { /* an alias is made (api_capture.ALIASES): the call, then Summarizer.taint */
+        PyObject *out = PyObject_Call(func, args, kwargs);
+        if (out == NULL)
+            return NULL;
         Py_INCREF(entry);
-        PyObject *done = PyObject_CallOneArg(entry, args); /* guarded: reports its own failures */
+        PyObject *pair[] = {args, out};
+        PyObject *done = PyObject_Vectorcall(entry, pair, 2, NULL); /* guarded: reports its own failures */
         Py_DECREF(entry);
         if (done == NULL)
-            return NULL;
-        Py_DECREF(done);
-        return PyObject_Call(func, args, kwargs);
+            Py_CLEAR(out);
+        Py_XDECREF(done);
+        return out;
     }
     PyObject *on = PyObject_GetAttr(h->session, S_forward_on);
     int collecting = on ? PyObject_IsTrue(on) : -1;

@@ -17,9 +17,11 @@ covers all cases. The debugger's reads of tensors are never dispatched to a torc
 subclass of the user's.
 
 A few functions make an alias through which a tensor's memory can be written without its version counter
-moving (`.data`, `.numpy()`, `__array__`, `__dlpack__`, its storage), or rebind its memory (`t.data = x`). They
-are not records: the mode hands their tensors to `Summarizer.taint`, so that no summary of memory in those
-storages comes from the step's cache afterwards (see core/summary.py).
+moving (`.data`, `.numpy()`, `__array__`, `__dlpack__`, its storage), rebind its memory (`t.data = x`), or
+make a tensor over an array's memory (`torch.as_tensor`, `torch.asarray`). They are not records: the mode
+hands their tensors and result to `Summarizer.taint`, so that no summary of memory in those storages comes
+from the step's cache afterwards (see core/summary.py). `torch.from_numpy`, `torch.frombuffer` and
+`torch.utils.dlpack`'s functions take no tensor and never reach a mode: they are not seen.
 
 torch.distributed's collectives do not go through `__torch_function__`; they are wrapped while collecting
 and restored at `stop()` (so `from torch.distributed import all_reduce` made before `start()` is not seen).
@@ -54,10 +56,12 @@ SECTIONS = (("tensor", "Tensor", torch.Tensor), ("torch", "Torch", torch), ("fun
 OPTIMIZER = "optimizer"
 # The functions that make a version-free alias of a tensor's memory or rebind it (see the module's docstring):
 # `.data` reaches the mode as its getter's and setter's method-wrappers, equal to these
-ALIASES = {f"Tensor.{name}": func for name, func in (
-    ("data", torch.Tensor.data.__get__), ("data (set)", torch.Tensor.data.__set__),
-    *((name, getattr(torch.Tensor, name, None))
-      for name in ("numpy", "__array__", "__dlpack__", "untyped_storage", "storage")))
+ALIASES = {name: func for name, func in (
+    ("Tensor.data", torch.Tensor.data.__get__), ("Tensor.data (set)", torch.Tensor.data.__set__),
+    *((f"Tensor.{name}", getattr(torch.Tensor, name, None))
+      for name in ("numpy", "__array__", "__dlpack__", "untyped_storage", "storage")),
+    # their result may be an array's own memory
+    *((f"Torch.{name}", getattr(torch, name, None)) for name in ("as_tensor", "asarray")))
     if func is not None}
 
 
@@ -177,9 +181,10 @@ class ApiCapture(TorchFunctionMode):
         entry = self.table.get(func)
         if entry is None:
             return func(*args, **kwargs)
-        if entry.__class__ is not tuple:  # an alias is made: Summarizer.taint (guarded), then the call
-            entry(args)
-            return func(*args, **kwargs)
+        if entry.__class__ is not tuple:  # an alias is made: the call, then Summarizer.taint (guarded)
+            out = func(*args, **kwargs)
+            entry(args, out)
+            return out
         if not self.session.forward_on:
             return func(*args, **kwargs)
         try:
