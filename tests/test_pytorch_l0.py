@@ -101,19 +101,11 @@ def test_a_module_returning_a_dataclass_keeps_its_backward_record(tmp_path):
         def forward(self, x):
             return Out(torch.tanh(self.lin(x)))
 
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.enc, self.head = Enc(), nn.Linear(3, 1)
-
-        def forward(self, x):
-            return self.head(self.enc(x).hidden)
-
     torch.manual_seed(0)
-    net, x = Net(), torch.randn(4, 3, requires_grad=True)
+    net, x = nn.ModuleDict({"enc": Enc(), "head": nn.Linear(3, 1)}), torch.randn(4, 3, requires_grad=True)
     d = dbg(tmp_path)
     d.start(model=net)
-    net(x).sum().backward()
+    net["head"](net["enc"](x).hidden).sum().backward()
     d.stop()
     d.step()
     record = data(tmp_path)["Module.enc.Enc.backward.0"]
