@@ -38,6 +38,16 @@ def test_rank_filter_in_single_process_counts_as_rank_0(tmp_path, capsys):
     assert "selects no rank of this non-distributed run" in capsys.readouterr().err
 
 
+def test_a_distributed_rank_left_out_by_the_rank_filter_says_so(tmp_path, monkeypatch, caplog):
+    """Under torch.distributed a rank the filter leaves out logged only 'dumping ... to ...', as a chosen one
+    does: when no rank at all was chosen (a wrong list), nothing said why nothing came."""
+    monkeypatch.setattr(PrecisionDebugger, "current_rank", staticmethod(lambda: 1))
+    with caplog.at_level("INFO", logger="msprobe_lite"):
+        dump = run(tmp_path, rank=[5])
+    assert not dump.exists()
+    assert caplog.text.count("config rank=[5] does not select rank 1: this process dumps nothing") == 1
+
+
 def test_list_by_fragment_and_full_name(tmp_path):
     dump = run(tmp_path, statistics={"list": ["fc2"]})
     assert list(data(dump)) == ["Module.fc2.Linear.forward.0", "Module.fc2.Linear.backward.0",

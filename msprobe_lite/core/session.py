@@ -77,10 +77,14 @@ class Session:
         if selection.everything:
             return True
         rank = 0 if self.rank is None else self.rank
-        if self.rank is None and rank not in selection and not self._warned_rank:
+        if rank not in selection and not self._warned_rank:
             self._warned_rank = True
-            log.warning("config rank=%s selects no rank of this non-distributed run (it counts as rank 0): "
-                        "nothing will be dumped", selection.to_list())
+            if self.rank is None:
+                log.warning("config rank=%s selects no rank of this non-distributed run (it counts as rank 0): "
+                            "nothing will be dumped", selection.to_list())
+            else:  # usual for all ranks but the chosen ones; if every rank says it, the list is wrong
+                log.info("config rank=%s does not select rank %d: this process dumps nothing",
+                         selection.to_list(), rank)
         return rank in selection
 
     # -- life cycle -----------------------------------------------------------------------------------------
