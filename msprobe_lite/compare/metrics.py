@@ -84,6 +84,25 @@ def stat_error(t: dict, g: dict) -> float:
     return stat_measures(t, g)[2]
 
 
+def magnitude(g: dict) -> float:
+    """A tensor's magnitude from its statistics: its largest absolute value or its RMS, finite ones only
+    (masked attention scores hold -inf, and against an infinite scale every difference of their finite
+    statistics would vanish: softmax would seem to get equal inputs)."""
+    gmax, gmin, gnorm = _num(g.get("Max")) or 0.0, _num(g.get("Min")) or 0.0, _num(g.get("Norm")) or 0.0
+    return max((abs(v) for v in (gmax, gmin, gnorm / math.sqrt(max(numel(g.get("shape")), 1)))
+                if math.isfinite(v)), default=0.0)
+
+
+def noise_error(t: dict, g: dict, reference: float) -> float:
+    """The statistics' largest difference (Max, Min, Mean, Norm) against `reference`, the Norm of what a
+    noise-sized value was computed from (see Judge: a value below its inputs' rounding noise)."""
+    diffs = [diff(t.get(k), g.get(k)) for k in STATS]
+    present = [abs(d) for d in diffs if d is not None]
+    if any(d != d for d in present):
+        return math.inf
+    return max(present, default=0.0) / reference
+
+
 def stat_measures(t: dict, g: dict) -> tuple:
     """([X diff], [XRelativeErr], stat_error) for the four statistics, in one pass: statistics mode calls this
     for every row of a dump, so the differences are computed once, not once per column and again for the
@@ -111,11 +130,7 @@ def stat_measures(t: dict, g: dict) -> tuple:
         return diffs, rels, 0.0
     if worst == math.inf:
         return diffs, rels, math.inf
-    gmax, gmin, gnorm = _num(g.get("Max")) or 0.0, _num(g.get("Min")) or 0.0, _num(g.get("Norm")) or 0.0
-    # finite ones only: masked attention scores hold -inf, and against an infinite scale every difference
-    # of their finite statistics would vanish (softmax would seem to get equal inputs)
-    scale = max((abs(v) for v in (gmax, gmin, gnorm / math.sqrt(max(numel(g.get("shape")), 1)))
-                 if math.isfinite(v)), default=0.0)
+    scale = magnitude(g)
     values = max([abs(d) for d in diffs[:3] if d is not None], default=0.0)
     error = values / scale if scale > 0 else (math.inf if values else 0.0)
     if rels[3]:  # the Norm relative to itself: NormRelativeErr
