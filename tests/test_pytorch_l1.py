@@ -164,6 +164,28 @@ def test_tensor_files_and_arrays_made_tensors_follow_writes_past_the_version(tmp
     assert_stats(dump["Torch.relu.1.forward"]["input_args"][0], torch.full((4,), 7.0))
 
 
+def test_an_alias_call_that_changes_the_api_table_does_not_crash(tmp_path):
+    """The C handler held the table's entry for an alias function only after the call, which can run Python
+    code: a sequence whose items empty the table made `torch.as_tensor` read freed memory (a segfault)."""
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="L1", task="statistics")
+
+    class Emptying:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            if i >= 2:
+                raise IndexError(i)
+            d.apis.table.clear()
+            return float(i)
+
+    d.start()
+    out = torch.as_tensor(Emptying())
+    d.stop()
+    d.step()
+    assert torch.equal(out, torch.tensor([0.0, 1.0]))
+
+
 def test_a_write_between_two_windows_of_one_step_is_seen(tmp_path):
     """Between stop() and the next start() of the same step no alias is seen: stop() empties the cache."""
     t = torch.randn(5)
@@ -569,10 +591,12 @@ def test_filters_that_match_say_nothing(tmp_path, caplog):
                                                                            "Torch.relu.0.forward"]})
     assert "was not reached" not in caplog.text and "matched" not in caplog.text
     (tmp_path / "b").mkdir()
-    with caplog.at_level("WARNING", logger="msprobe_lite"):   # a range from a forward call to a backward one
+    with caplog.at_level("WARNING", logger="msprobe_lite"):   # a forward range cannot end at a backward name
         dump, _ = dump_of(tmp_path / "b", program, statistics={"scope": ["Torch.exp.0.forward",
                                                                          "Torch.exp.0.backward"]})
-    assert "was not reached" not in caplog.text and "Torch.exp.0.backward" in dump
+    assert "was not reached" not in caplog.text and "Torch.relu.0.forward" in dump
+    assert ("scope's last name 'Torch.exp.0.backward' is a record of the other direction, which does not end a "
+            "range of forward records: dumped from 'Torch.exp.0.forward' to the end of the step") in caplog.text
 
 
 def test_torch_is_untouched(tmp_path):

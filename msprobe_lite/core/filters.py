@@ -37,7 +37,7 @@ class RecordFilter:
         self._in_scope = not self.scope
         self._scope_opened = False
         self._scope_done = False
-        self._scope_end_seen = False  # the last name came as a record (a backward end never reaches on_end)
+        self._scope_end_seen = False  # the last name came as a record (a backward one never reaches on_end)
         self._listed = False          # a record name matched `list` this step
         self._scoped = set()
         self._scoped_modules = set()  # `Module.path.Class` of module calls in scope: their gradients follow
@@ -90,7 +90,11 @@ class RecordFilter:
         found = []
         if self.scope and not self._scope_opened:
             found.append(f"scope's first name {self.scope[0]!r} was not reached: nothing in the scope was dumped")
-        elif self.scope and not self._scope_done and not self._scope_end_seen:
+        elif self.scope and not self._scope_done and self._scope_end_seen:
+            found.append(f"scope's last name {self.scope[1]!r} is a record of the other direction, which does not "
+                         f"end a range of {self._scope_direction} records: dumped from {self.scope[0]!r} to the "
+                         f"end of the step")
+        elif self.scope and not self._scope_done:
             found.append(f"scope's last name {self.scope[1]!r} was not reached: dumped from {self.scope[0]!r} "
                          f"to the end of the step")
         if self.names and not self._listed:

@@ -129,9 +129,13 @@ class Summarizer:
         their memory (`t.data = other`), or made `result` over memory that something else owns
         (`torch.as_tensor(array)`): writes through those will not move a version counter, so for the rest of
         the step no tensor in those storages is summarised from the cache."""
+        is_tensor = self.encoder.is_tensor
+        # a result over memory that something else owns: made from an array, not from a tensor (an alias
+        # of it, tainted as an argument) nor from Python numbers (a copy: as_tensor(0.5) in torch's own code)
+        foreign = bool(args) and not is_tensor(args[0]) and not isinstance(args[0], (int, float, complex, list, tuple))
         with self.quiet():
-            for value in (*args, result):
-                if self.encoder.is_tensor(value):
+            for value in (*args, result) if foreign else args:
+                if is_tensor(value):
                     extent = self.extent(value) or EVERYWHERE
                     if extent not in self._tainted:
                         self._tainted.append(extent)

@@ -1051,10 +1051,12 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
         return PyObject_Call(func, args, kwargs);
     }
     if (!PyTuple_CheckExact(entry)) { /* an alias is made (api_capture.ALIASES): the call, then Summarizer.taint */
+        Py_INCREF(entry); /* the table's, held while Python code runs (the call may change the table) */
         PyObject *out = PyObject_Call(func, args, kwargs);
-        if (out == NULL)
+        if (out == NULL) {
+            Py_DECREF(entry);
             return NULL;
-        Py_INCREF(entry);
+        }
         PyObject *pair[] = {args, out};
         PyObject *done = PyObject_Vectorcall(entry, pair, 2, NULL); /* guarded: reports its own failures */
         Py_DECREF(entry);
