@@ -195,7 +195,7 @@ class Judge:
         new_nonfinite = False
         arguments = []
         argument_err = 0.0   # the largest relative difference of a scalar argument (inf: not a number)
-        inputs_norm = 0.0    # the largest golden Norm of the tensor inputs
+        inputs_size = 0.0    # the largest golden magnitude of the tensor inputs
         outputs = []         # (index in errs[OUTPUT], target, golden) of tensor outputs, statistics mode
         for t_row in t_rows:
             suffix = t_tail(t_row.name[cut_t:]) if t_tail else t_row.name[cut_t:]
@@ -210,9 +210,7 @@ class Judge:
                         if t_row.role == OUTPUT:
                             outputs.append((len(errs[OUTPUT]), t_row.obj, g_row.obj))
                         else:
-                            norm = g_row.obj.get("Norm")
-                            if isinstance(norm, (int, float)) and math.isfinite(norm):
-                                inputs_norm = max(inputs_norm, abs(norm))
+                            inputs_size = max(inputs_size, magnitude(g_row.obj))
                     errs[t_row.role].append(err)
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
@@ -234,14 +232,14 @@ class Judge:
                 rows.append(row)
                 row_problems.append(problems)
         errs[INPUT].append(upstream)
-        # An output below its inputs' rounding noise (a bias gradient that is zero in exact arithmetic: that
-        # of a convolution followed by BatchNorm, of attention's key projection) is noise in both runs, and
-        # against its own magnitude any two roundings of it differ wildly: it is measured against the
-        # magnitude of what it was computed from instead.
-        noise = TOLERANCE_EPS * max(worst_eps, inner_eps) * inputs_norm
+        # An output smaller than the rounding of one of its inputs' values (a bias gradient that is zero in
+        # exact arithmetic: that of a convolution followed by BatchNorm, of attention's key projection) is
+        # noise in both runs, and against its own magnitude any two roundings of it differ wildly: it is
+        # measured against the magnitude of what it was computed from instead.
+        noise = TOLERANCE_EPS * max(worst_eps, inner_eps) * inputs_size
         for at, t_obj, g_obj in outputs:
             if magnitude(g_obj) < noise and errs[OUTPUT][at] != math.inf:
-                errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_norm))
+                errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
         self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, argument_err)
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
