@@ -152,11 +152,12 @@ class _KeyBiasAttention(nn.Module):
         return self.o(F.softmax(scores, dim=-1) @ self.v(x))
 
 
-@pytest.mark.parametrize("target, named", [("bf16", None), ("scale", "Tensor.div.0.forward")])
+@pytest.mark.parametrize("target, named", [("bf16", None), ("scale", "Tensor.div.0.forward"),
+                                           ("bf16 scale", "Tensor.div.0.forward")])
 def test_a_gradient_that_is_rounding_noise_is_not_a_divergence(tmp_path, target, named):
     """fp32 against bf16 autocast named the key projection's backward ("outputs differ by 5.27e+04 of their
     magnitude"): its bias gradient is noise in both runs. It is now measured against what it was computed
-    from; a real change in the same model is still named."""
+    from; a real change in the same model is still named, in fp32 and against bf16."""
     def dump(path, bf16=False, scale=4.0):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), _KeyBiasAttention(scale=scale), nn.Linear(16, 4))
@@ -170,7 +171,8 @@ def test_a_gradient_that_is_rounding_noise_is_not_a_divergence(tmp_path, target,
         d.step()
         return path
 
-    changed = dump(tmp_path / "t", bf16=target == "bf16", scale=4.4 if target == "scale" else 4.0)
+    scale = {"scale": 4.4, "bf16 scale": 8.0}.get(target, 4.0)   # under bf16, a change beyond its tolerance
+    changed = dump(tmp_path / "t", bf16="bf16" in target, scale=scale)
     (pair,) = run(changed, dump(tmp_path / "g"), tmp_path / "out").pairs
     fd = pair["first_divergence"]
     assert (fd and fd["name"]) == named, fd
