@@ -181,6 +181,43 @@ def test_a_gradient_that_is_rounding_noise_is_not_a_divergence(tmp_path, target,
     assert abs(golden_k_bias["Max"]) < 1e-8    # the noise-sized gradient is there
 
 
+def _residual_scale(m, x, changed):   # a LayerScale-like branch: a product, small by design
+    return m[1](x + m[0](x) * (1.5e-3 if changed else 1e-3))
+
+
+def _masked_attention(m, x, changed):  # an additive -1e9 mask makes the inputs' magnitude huge
+    q, k, v = m[0](x).chunk(3, -1)
+    mask = torch.triu(torch.full((12, 12), -1e9), 1)
+    return m[1](F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5 if changed else 0.25))
+
+
+@pytest.mark.parametrize("program, widths, bf16, named", [
+    (_residual_scale, (16, 16), True, "Tensor.mul.0.forward"),
+    (_masked_attention, (48, 16), False, "Functional.scaled_dot_product_attention.0.forward"),
+    (_masked_attention, (48, 16), True, "Functional.scaled_dot_product_attention.0.forward"),
+])
+def test_small_forward_outputs_are_not_taken_for_noise(tmp_path, program, widths, bf16, named):
+    """A review of the noise rule's first version: measured against the largest input (an additive mask of
+    -1e9, or any input eight times the output under bf16's tolerance), a changed scale on a product or on
+    attention went unseen. The rule now holds for gradients only, from floating-point inputs, when both
+    runs' values are that small."""
+    def dump(path, changed, autocast):
+        torch.manual_seed(0)
+        model = nn.ModuleList([nn.Linear(16, widths[0]), nn.Linear(widths[1], 4)])
+        x = torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(1))
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
+        d.start(model=model)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = program(model, x, changed)
+        out.float().pow(2).mean().backward()
+        d.stop()
+        d.step()
+        return path
+
+    (pair,) = run(dump(tmp_path / "t", True, bf16), dump(tmp_path / "g", False, False), tmp_path / "out").pairs
+    assert (pair["first_divergence"] or {}).get("name") == named, pair["first_divergence"]
+
+
 def test_a_backward_divergence_is_placed_at_its_forward_call(tmp_path):
     """stack.json holds forward calls: a backward record named as the first divergence had no place in the
     code on the answer line. Here the target scales the gradient that reaches the head's linear (a hook on

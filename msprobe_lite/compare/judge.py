@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 
 from .metrics import STATS, eps_of, finite, magnitude, noise_error, stat_error, stat_measures
-from .pair import dtype_kind
+from .pair import dtype_kind, split_name
 from .rows import INPUT, OUTPUT
 
 PASS, WARNING, ERROR, UNMATCHED = "pass", "warning", "error", "unmatched"
@@ -195,7 +195,7 @@ class Judge:
         new_nonfinite = False
         arguments = []
         argument_err = 0.0   # the largest relative difference of a scalar argument (inf: not a number)
-        inputs_size = 0.0    # the largest golden magnitude of the tensor inputs
+        inputs_size = 0.0    # the largest golden magnitude of the floating-point tensor inputs
         outputs = []         # (index in errs[OUTPUT], target, golden) of tensor outputs, statistics mode
         for t_row in t_rows:
             suffix = t_tail(t_row.name[cut_t:]) if t_tail else t_row.name[cut_t:]
@@ -209,7 +209,7 @@ class Judge:
                     if self.mode == "statistics" and t_row.is_tensor and g_row.is_tensor:
                         if t_row.role == OUTPUT:
                             outputs.append((len(errs[OUTPUT]), t_row.obj, g_row.obj))
-                        else:
+                        elif dtype_kind(g_row.dtype) == "float":  # not indices or masks
                             inputs_size = max(inputs_size, magnitude(g_row.obj))
                     errs[t_row.role].append(err)
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
@@ -232,14 +232,17 @@ class Judge:
                 rows.append(row)
                 row_problems.append(problems)
         errs[INPUT].append(upstream)
-        # An output smaller than the rounding of one of its inputs' values (a bias gradient that is zero in
-        # exact arithmetic: that of a convolution followed by BatchNorm, of attention's key projection) is
-        # noise in both runs, and against its own magnitude any two roundings of it differ wildly: it is
-        # measured against the magnitude of what it was computed from instead.
+        # A gradient smaller, in both runs, than the rounding of one value of the gradients it was computed
+        # from (one that is zero in exact arithmetic: a convolution bias's before BatchNorm, attention's key
+        # projection bias's) is noise, and against its own magnitude any two roundings of it differ wildly:
+        # it is measured against the magnitude of those gradients instead. Backward records only: a forward
+        # output that small is a product or a masked result as often as noise, and a scale set there is a
+        # change to be named.
         noise = TOLERANCE_EPS * max(worst_eps, inner_eps) * inputs_size
-        for at, t_obj, g_obj in outputs:
-            if magnitude(g_obj) < noise and errs[OUTPUT][at] != math.inf:
-                errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
+        if noise > 0 and argument_err == 0 and split_name(pair.target)[1] == "backward":
+            for at, t_obj, g_obj in outputs:
+                if magnitude(g_obj) < noise and magnitude(t_obj) < noise and errs[OUTPUT][at] != math.inf:
+                    errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
         self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, argument_err)
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
