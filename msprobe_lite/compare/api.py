@@ -170,11 +170,12 @@ def _as_is(name):
     return name
 
 
-def _levels(target_level: str, golden_level: str) -> str | None:
-    """None for two dumps of one level; else what a compare of the two pairs, in words for the answer line.
-    L0 records modules and L1 APIs: such dumps have nothing in common, which is bad input."""
+def _levels(target_level: str, golden_level: str) -> tuple:
+    """(note, by_parent): what a compare of dumps of two levels pairs, in words for the answer line (None for
+    one level), and whether calls pair within their parent modules (an L1 dump keeps none). L0 records
+    modules and L1 APIs: such dumps have nothing in common, which is bad input."""
     if target_level == golden_level or not target_level or not golden_level:
-        return None
+        return None, True
     both = {target_level, golden_level}
     said = f"levels differ (target {target_level}, golden {golden_level})"
     if both == {"L0", "L1"}:
@@ -182,10 +183,10 @@ def _levels(target_level: str, golden_level: str) -> str | None:
                            f"records modules and L1 records APIs, so they have no record in common (expected "
                            f"two dumps of one level, or mix against either)")
     if both == {"L1", "mix"}:
-        return said + ": API calls paired without their modules, module records left unmatched"
+        return said + ": API calls paired without their modules, module records left unmatched", False
     if both == {"L0", "mix"}:
-        return said + ": module records paired, API calls left unmatched"
-    return said
+        return said + ": module records paired, API calls left unmatched", True
+    return said, "L1" not in both
 
 
 def _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, show_progress,
@@ -194,9 +195,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     mode = _mode(target, golden)
     t_names, g_names = translations(target.framework, golden.framework)
     rename_t = (lambda n: t_names.record(rename(n))) if t_names else rename
-    note = _levels(target.level, golden.level)
-    pairs = pair_records(target, golden, rename_t, g_names.record if g_names else _as_is,
-                         by_parent="L1" not in {target.level, golden.level} or target.level == golden.level)
+    note, by_parent = _levels(target.level, golden.level)
+    pairs = pair_records(target, golden, rename_t, g_names.record if g_names else _as_is, by_parent)
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
     judge = Judge(mode, _tensor_measurer(measured), t_names and t_names.row_tail, g_names and g_names.row_tail)
     inner = _inner_eps(pairs, target, golden)

@@ -79,13 +79,14 @@ class BackwardCall:
 
 class _GradSlot:
     """The hook on one tensor: when its gradient arrives, fills each place the tensor holds, as (backward call,
-    key, index). Every backward pass that reaches the tensor fills them again: the last pass wins (the
-    training loss's, after an `autograd.grad` made in the forward). But a call that takes the tensor as an
-    input after a pass has reached it ends the places of the calls that took it as an input before
-    (`restart`): they keep that pass's gradient. So with micro-batches accumulating gradients, each call
-    that used a weight keeps its own micro-batch's gradient, while the call that made an activation still
-    gets later passes' gradients of it. A tensor that is one call's output and the next call's input has two places
-    and one hook: torch's `register_hook` costs about 3 µs, and every hook is a Python call in backward.
+    key, index). A tensor that is one call's output and the next call's input has two places and one hook:
+    torch's `register_hook` costs about 3 µs, and every hook is a Python call in backward.
+
+    Every backward pass that reaches the tensor fills the places again: the last pass wins (the training
+    loss's, after an `autograd.grad` made in the forward). But a call that takes the tensor as an input after
+    a pass has reached it ends the places of the calls that took it as an input before (`restart`): they keep
+    that pass's gradient. So with micro-batches accumulating gradients, each call that used a weight keeps
+    its own micro-batch's gradient, while the call that made an activation still gets later passes'.
 
     One small object rather than a closure (a function and three cells): a step makes hundreds, alive until
     backward, and every object that outlives a young collection brings the next full one closer."""
@@ -179,27 +180,27 @@ class CallRecorder:
         """After the call returned (`gradients_before` ran): its outputs are hooked for its backward `input`."""
         outputs = tensors_in(output, self._is_tensor)
         backward = call.backward
-        flows = any(map(self._may_get_grad, outputs))
-        if backward is None and flows:     # e.g. a factory with requires_grad=True
-            backward = self._backward(call)
-        elif backward is not None and outputs and not flows and not self._always_backward:
+        if backward is None:
+            if any(map(self._may_get_grad, outputs)):  # e.g. a factory with requires_grad=True
+                self._hook(self._backward(call), outputs, "input")
+        elif not self._hook(backward, outputs, "input") and outputs and not self._always_backward:
             # nothing flows into its backward (x > 0, x.detach()): no record. Not when no tensor was seen in
             # the output (a module's dataclass), nor without tensor hooks (MindSpore 2.0: never "may get")
             backward.abandoned = True
-            return
-        if backward is not None:
-            self._hook(backward, outputs, "input")
 
-    def _hook(self, backward: BackwardCall, tensors, key: str) -> None:
+    def _hook(self, backward: BackwardCall, tensors, key: str) -> int:
         """Hooks `tensors` for `backward`: key `output` for the call's inputs, `input` for its outputs (the
         backward sees them reversed). A tensor hooked already this step, and not changed in place since
-        (the same version: the same autograd node), gets a second place in its hook, not a second hook."""
+        (the same version: the same autograd node), gets a second place in its hook, not a second hook.
+        Returns how many may get a gradient (are hooked)."""
         if key == "input":
             backward.n_out = len(tensors)
         framework, slots, version_of, may_get_grad = self.framework, self._slots, self._version, self._may_get_grad
+        hooked = 0
         for i, t in enumerate(tensors):
             if not may_get_grad(t):
                 continue
+            hooked += 1
             version = version_of(t)
             slot = slots.get(id(t))
             if slot is not None and version is not None and slot.version == version and slot.tensor() is t:
@@ -217,6 +218,7 @@ class CallRecorder:
                     continue
                 slot.version = version
                 slots[id(t)] = slot
+        return hooked
 
     def _backward(self, call: Call) -> BackwardCall:
         backward = call.backward = BackwardCall(call.bwd_name, self, call.n_in, call.bwd_parent)

@@ -3,12 +3,14 @@
 A tensor that is the output of one call and the input of the next is summarised once: summaries are cached
 by (object identity, version) for the step. Only a framework whose tensors carry a version counter that every
 in-place change bumps (PyTorch's `_version`) gets the cache; without one, a cached summary could be stale, so
-each sighting is summarised anew. Some writes pass the version counter by: through an alias of the memory
-(PyTorch's `.data`, a numpy array or DLPack capsule of the tensor) or by rebinding a tensor's memory
-(`t.data = other`). The API capture reports each such alias as it is made (`taint`): from then on until the
-step ends, a tensor whose memory lies in that storage is summarised anew at each sighting. The cache is also
-emptied at `stop()`, since between two collecting windows of a step no alias is seen. Tensor files (task `tensor`, `tensor_list`) are named after the value's
+each sighting is summarised anew. Tensor files (task `tensor`, `tensor_list`) are named after the value's
 place in its record; a value already saved this step gets a hard link instead of a second copy.
+
+Some writes pass the version counter by: through an alias of the memory (PyTorch's `.data`, a numpy array or
+DLPack capsule of the tensor) or by rebinding a tensor's memory (`t.data = other`). The API capture reports
+each such alias as it is made (`taint`): from then on until the step ends, a tensor whose memory lies in that
+storage is summarised, and saved, anew at each sighting. Both are also forgotten at `stop()`, since between
+two collecting windows of a step no alias is seen.
 
 An adapter subclasses `Summarizer` and supplies how to summarise one tensor, how to copy and write one, and
 `quiet()`, which keeps the debugger's own tensor work out of the API capture.
@@ -113,15 +115,14 @@ class Summarizer:
             self.session.files.submit(write, path)
         self._deferred_files = []
 
-    def reset(self) -> None:
-        self._cache.clear()
-        self._tainted.clear()
-        self._snapshots.clear()
-
     def forget_all(self) -> None:
         """At stop(): writes made before the next start() are not seen (no alias is reported meanwhile)."""
         self._cache.clear()
         self._snapshots.clear()
+
+    def reset(self) -> None:
+        self.forget_all()
+        self._tainted.clear()
 
     @guarded("the alias watch")
     def taint(self, args, result=None) -> None:
@@ -132,7 +133,8 @@ class Summarizer:
         is_tensor = self.encoder.is_tensor
         # a result over memory that something else owns: made from an array, not from a tensor (an alias
         # of it, tainted as an argument) nor from Python numbers (a copy: as_tensor(0.5) in torch's own code)
-        foreign = bool(args) and not is_tensor(args[0]) and not isinstance(args[0], (int, float, complex, list, tuple))
+        foreign = bool(args) and not is_tensor(args[0]) and not isinstance(args[0],
+                                                                           (int, float, complex, list, tuple))
         with self.quiet():
             for value in (*args, result) if foreign else args:
                 if is_tensor(value):
@@ -142,9 +144,15 @@ class Summarizer:
         if len(self._tainted) > MAX_TAINTED:
             self._tainted[:] = [EVERYWHERE]
 
-    def _tainted_memory(self, t) -> bool:
-        address = self.address(t)
-        return address is None or any(start <= address < end for start, end in self._tainted)
+    def _trusted_version(self, t):
+        """`t`'s version when what was kept for it this step (a summary, a saved file) may be reused: None
+        without a version counter, or when an alias may have written its memory."""
+        version = self.version(t)
+        if version is not None and self._tainted:
+            address = self.address(t)
+            if address is None or any(start <= address < end for start, end in self._tainted):
+                return None
+        return version
 
     def forget(self, tensors) -> None:
         """Drop cached summaries of tensors changed without a version bump (collectives write in place)."""
@@ -195,8 +203,8 @@ class Summarizer:
     def _cached(self, t, fresh: bool = False) -> TensorSummary:
         """The summary of `t` cached for this step while `t` is alive and its version unchanged (a fast
         encoder keeps the same cache, with the same rule), else a new one, cached."""
-        version = self.version(t)
-        if version is None or (self._tainted and self._tainted_memory(t)):
+        version = self._trusted_version(t)
+        if version is None:
             return self._fresh(t)
         key = id(t)
         cached = self._cache.get(key)
@@ -239,9 +247,7 @@ class Summarizer:
         if folder not in self._folders:
             make_dirs(folder)
             self._folders.add(folder)
-        key, version = id(t), self.version(t)
-        if version is not None and self._tainted and self._tainted_memory(t):
-            version = None  # memory an alias may have written: a file of its own (as for the summary)
+        key, version = id(t), self._trusted_version(t)
         cached = self._snapshots.get(key)
         if version is not None and cached is not None and cached[0]() is t and cached[1] == version:
             write = functools.partial(link_or_copy, cached[2], target)

@@ -369,8 +369,8 @@ static int on_grad(Handler *h, PyObject *t, PyObject *fn) {
 /* -- the gradient hook: _GradSlot and BackwardCall.fill in C -------------------------------------------------- */
 
 /* One tensor's gradient hook (core/calls.py _GradSlot, made by this route): when the gradient arrives, it fills
-   each place the tensor holds, as (BackwardCall, key, index). `places`, `tensor` (a weak reference)
-   and `version` are read and extended by CallRecorder._hook as a _GradSlot's are. */
+   each place the tensor holds, as (BackwardCall, key, index). `places`, `tensor` (a weak reference), `version`
+   and `fired` are read, and the places extended or restarted, by CallRecorder._hook as a _GradSlot's are. */
 typedef struct {
     PyObject_HEAD
     PyObject *places, *tensor, *version;
@@ -458,8 +458,9 @@ static int slot_restart(Handler *h, PyObject *slot, PyObject *place) {
     return 0;
 }
 
-/* CallRecorder._hook(backward, tensors, key). */
+/* CallRecorder._hook(backward, tensors, key): how many of `tensors` may get a gradient (are hooked), or -1. */
 static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key) {
+    int hooked = 0;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tensors); i++) {
         PyObject *t = PyList_GET_ITEM(tensors, i);
         int yes = may_get_grad(t);
@@ -530,8 +531,9 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
         Py_XDECREF(version);
         if (rc < 0)
             return -1;
+        hooked++;
     }
-    return 0;
+    return hooked;
 }
 
 /* BackwardCall.fill(key, index, grad) for a BackwardCall of this route's kind (no tensor saved): the record
@@ -720,7 +722,8 @@ static PyObject *GradHook_restart(GradHook *g, PyObject *place) {
 }
 
 static PyMethodDef GRAD_HOOK_METHODS[] = {
-    {"restart", (PyCFunction)GradHook_restart, METH_O, "_GradSlot.restart(place): the places of place's key are done with; place joins the rest."},
+    {"restart", (PyCFunction)GradHook_restart, METH_O,
+     "_GradSlot.restart(place): the places of place's key are done with; place joins the rest."},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject GradHookType = {
@@ -806,29 +809,30 @@ static int grads_after(Handler *h, PyObject *call, PyObject *out, int quieted) {
     if (rc == 1) {
         PyObject *backward = *(PyObject **)((char *)call + h->call_slots.offsets[2]);
         Py_XINCREF(backward);
-        int wanted = any_may_get_grad(outputs);
-        if (backward == Py_None || backward == NULL) {
+        int made = backward == Py_None || backward == NULL;
+        if (made) {
             Py_XDECREF(backward);
+            int wanted = any_may_get_grad(outputs);
             backward = wanted > 0 ? backward_of(h, call) : wanted < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
-        } else if (wanted < 0 || (wanted == 0 && PyList_GET_SIZE(outputs) > 0)) {
-            /* nothing flows into its backward (x > 0, x.detach()): no record; see gradients_after */
-            if (wanted == 0 && Py_TYPE(backward) == h->backward_slots.type) {
-                PyObject **abandoned = (PyObject **)((char *)backward + h->backward_slots.offsets[7]);
-                Py_INCREF(Py_True);
-                Py_XSETREF(*abandoned, Py_True);
-            } else if (wanted == 0 && PyObject_SetAttrString(backward, "abandoned", Py_True) < 0) {
-                wanted = -1;
-            }
-            Py_DECREF(backward);
-            backward = wanted < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
         }
         if (backward == NULL)
             rc = -1;
         else if (backward != Py_None) {
             PyObject *n_out = PyLong_FromSsize_t(PyList_GET_SIZE(outputs));
-            rc = n_out == NULL || PyObject_SetAttr(backward, S_n_out, n_out) < 0 ||
-                         hook(h, backward, outputs, S_input) < 0 ? -1 : 1;
+            int hooked = n_out == NULL || PyObject_SetAttr(backward, S_n_out, n_out) < 0
+                             ? -1 : hook(h, backward, outputs, S_input);
             Py_XDECREF(n_out);
+            rc = hooked < 0 ? -1 : 1;
+            if (hooked == 0 && !made && PyList_GET_SIZE(outputs) > 0) {
+                /* nothing flows into its backward (x > 0, x.detach()): no record; see gradients_after */
+                if (Py_TYPE(backward) == h->backward_slots.type) {
+                    PyObject **abandoned = (PyObject **)((char *)backward + h->backward_slots.offsets[7]);
+                    Py_INCREF(Py_True);
+                    Py_XSETREF(*abandoned, Py_True);
+                } else if (PyObject_SetAttrString(backward, "abandoned", Py_True) < 0) {
+                    rc = -1;
+                }
+            }
         }
         Py_XDECREF(backward);
     }

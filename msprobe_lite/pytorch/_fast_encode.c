@@ -560,9 +560,9 @@ static PyObject *fresh_summary(Encoder *e, PyObject *t, PyObject *version) {
     return summary;
 }
 
-/* Summarizer._tainted_memory(t): 1 when the first value of `t` lies in a storage tainted this step (or its
-   address cannot be read), 0 when not, -1 on an error that is not the tensor's. Only read while the list is
-   not empty: in a step without aliases, a cached sighting costs nothing more. */
+/* Summarizer._trusted_version, its alias half: 1 when the first value of `t` lies in a storage tainted this
+   step (or its address cannot be read), 0 when not, -1 on an error that is not the tensor's. Only read while
+   the list is not empty: in a step without aliases, a cached sighting costs nothing more. */
 static int in_tainted(Encoder *e, PyObject *t) {
     PyObject *address = read_of(e, t, R_DATA_PTR);
     if (address == NULL)
