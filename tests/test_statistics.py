@@ -587,6 +587,21 @@ def test_c_encoder_caches_by_identity_and_version(encoder_route):
     assert a is not b and a.stats == b.stats == (1.0, 1.0, 1.0, math.sqrt(3))
 
 
+def test_a_cached_summary_follows_requires_grad(encoder_route):
+    """`requires_grad_()` moves no version: the cached summary, which said requires_grad false, was given to
+    every later call of the step. A summary is reused only while its flag still holds."""
+    s = TorchSummarizer(_Session())
+    t = torch.arange(4.0)
+    first = s.encode(t)
+    assert first.requires_grad is False and s.encode([t])[0] is first
+    t.requires_grad_()
+    second = s.encode(t)
+    assert second.requires_grad is True and second.stats == first.stats
+    assert s.encode(t) is second                                       # cached again, with the new flag
+    t.requires_grad_(False)
+    assert s.encode(t).requires_grad is False
+
+
 def test_tainted_storages_are_summarised_anew_and_the_rest_stays_cached(encoder_route):
     """Once an alias of a storage is made (Summarizer.taint), a tensor in it is summarised at each sighting,
     views included; tensors elsewhere still come from the cache, and the next step caches all again."""

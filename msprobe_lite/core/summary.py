@@ -86,6 +86,12 @@ class Summarizer:
         raise NotImplementedError
 
     @staticmethod
+    def grad_flag(t):
+        """What a new summary of `t` would hold as `requires_grad`: a cached summary that holds the flag is
+        reused only while it still says the same, since `requires_grad_()` moves no version."""
+        return None
+
+    @staticmethod
     def extent(t):
         """(start, end) addresses of the storage under `t`, or None when unknown (then all memory counts)."""
         return None
@@ -201,14 +207,16 @@ class Summarizer:
         return self._cached(t)
 
     def _cached(self, t, fresh: bool = False) -> TensorSummary:
-        """The summary of `t` cached for this step while `t` is alive and its version unchanged (a fast
-        encoder keeps the same cache, with the same rule), else a new one, cached."""
+        """The summary of `t` cached for this step while `t` is alive, its version unchanged and its
+        `requires_grad` the same (a fast encoder keeps the same cache, with the same rule), else a new one,
+        cached."""
         version = self._trusted_version(t)
         if version is None:
             return self._fresh(t)
         key = id(t)
         cached = self._cache.get(key)
-        if not fresh and cached is not None and cached[0]() is t and cached[1] == version:
+        if not fresh and cached is not None and cached[0]() is t and cached[1] == version \
+                and cached[2].requires_grad in (None, self.grad_flag(t)):
             return cached[2]
         summary = self._fresh(t)
         try:

@@ -35,7 +35,7 @@ Used only while no tensor file is written for the record (the file names need ea
 #include "_weakref.h"
 
 static FastStatsApi *STATS;
-static PyObject *S_type, *S_value, *S_torch_tensor;
+static PyObject *S_type, *S_value, *S_torch_tensor, *S_requires_grad;
 
 /* The tensor's attributes and methods read here, in the order of READ_NAMES. */
 enum { R_VERSION, R_DTYPE, R_IS_CPU, R_LAYOUT, R_SHAPE, R_REQUIRES_GRAD, R_IS_NEG, R_STRIDE, R_DATA_PTR, N_READS };
@@ -582,6 +582,26 @@ static int in_tainted(Encoder *e, PyObject *t) {
     return in;
 }
 
+/* Summarizer._cached's flag rule: 1 when `summary` says what `t.requires_grad` says now, 0 when not (a
+   `requires_grad_()` since: it does not move the version), -1 on an error that is not the tensor's. */
+static int same_grad_flag(Encoder *e, PyObject *t, PyObject *summary) {
+    PyObject *held = Py_TYPE(summary) == e->summary_slots.type /* slot 4: SUMMARY_SLOTS' requires_grad */
+                         ? *(PyObject **)((char *)summary + e->summary_slots.offsets[4])
+                         : NULL;
+    if (held != NULL)
+        Py_INCREF(held);
+    else if ((held = PyObject_GetAttr(summary, S_requires_grad)) == NULL)
+        return PyErr_ExceptionMatches(PyExc_Exception) ? (PyErr_Clear(), 0) : -1;
+    int same = 1; /* a summary without the flag (None) has nothing to keep up to date */
+    if (held != Py_None) {
+        int now = read_bool(e, t, R_REQUIRES_GRAD);
+        same = now >= 0 ? held == (now ? Py_True : Py_False)
+                        : PyErr_ExceptionMatches(PyExc_Exception) ? (PyErr_Clear(), 0) : -1;
+    }
+    Py_DECREF(held);
+    return same;
+}
+
 /* Summarizer._cached(t): the cached summary while `t` is alive and unchanged, else a new one, cached. */
 static PyObject *leaf(Encoder *e, PyObject *t) {
     PyObject *version = read_of(e, t, R_VERSION);
@@ -609,6 +629,8 @@ static PyObject *leaf(Encoder *e, PyObject *t) {
         referent_is(PyTuple_GET_ITEM(entry, 0), t)) {
         Py_INCREF(entry); /* held across the comparison */
         int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 1), version, Py_EQ);
+        if (same > 0)
+            same = same_grad_flag(e, t, PyTuple_GET_ITEM(entry, 2));
         if (same != 0) {
             Py_DECREF(key);
             Py_DECREF(version);
@@ -985,6 +1007,7 @@ PyMODINIT_FUNC PyInit__fast_encode(void) {
     INTERN(S_type, "type");
     INTERN(S_value, "value");
     INTERN(S_torch_tensor, "torch.Tensor");
+    INTERN(S_requires_grad, "requires_grad");
     INTERN(TYPE_NAMES[0], "bool");
     INTERN(TYPE_NAMES[1], "int");
     INTERN(TYPE_NAMES[2], "float");

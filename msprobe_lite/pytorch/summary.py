@@ -296,6 +296,10 @@ class TorchSummarizer(Summarizer):
             return None
 
     @staticmethod
+    def grad_flag(t):
+        return t.requires_grad
+
+    @staticmethod
     def extent(t):
         try:
             storage = t.untyped_storage()
