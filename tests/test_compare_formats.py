@@ -65,9 +65,13 @@ def test_parameter_gradients_without_a_call_index_pair_with_current_ones(tmp_pat
 
 
 def test_a_process_group_is_a_row_compared_by_its_ranks(tmp_path):
+    """So are a reduce op and a memory format (as the reference tool writes them too)."""
     def dump(folder, ranks):
+        op, memory = ("SUM", "contiguous_format") if ranks == [0, 1] else ("MAX", "channels_last")
         record = {"input_args": [{"type": "torch.ProcessGroup", "group_ranks": ranks, "group_id": "1"}],
-                  "input_kwargs": {}, "output": []}
+                  "input_kwargs": {"op": {"type": "torch.distributed.ReduceOp", "value": f"RedOpType.{op}"},
+                                   "memory_format": {"type": "torch.memory_format", "format": memory}},
+                  "output": []}
         os.makedirs(folder)
         with open(os.path.join(folder, "dump.json"), "w") as f:
             json.dump({"task": "statistics", "level": "L1", "dump_data_dir": None,
@@ -76,9 +80,11 @@ def test_a_process_group_is_a_row_compared_by_its_ranks(tmp_path):
 
     (pair,) = run(dump(tmp_path / "t" / "rank0", [0, 1]), dump(tmp_path / "g" / "rank0", [0, 2]),
                   tmp_path / "out").pairs
-    (row,) = rows_of(pair)
-    assert row["NPU Name"] == "Distributed.barrier.0.forward.input.0" and row["NPU Dtype"] == "torch.ProcessGroup"
-    assert row["Result"] == "warning" and "differs: [0, 1] vs [0, 2]" in row["Err_message"]
+    group, op, memory = rows_of(pair)
+    assert group["NPU Name"] == "Distributed.barrier.0.forward.input.0" and group["NPU Dtype"] == "torch.ProcessGroup"
+    assert group["Result"] == "warning" and "differs: [0, 1] vs [0, 2]" in group["Err_message"]
+    assert "differs: 'RedOpType.SUM' vs 'RedOpType.MAX'" in op["Err_message"]
+    assert "differs: 'contiguous_format' vs 'channels_last'" in memory["Err_message"]
 
 
 # -- unreadable files: one DumpError naming the file, never a traceback from deep inside ------------------

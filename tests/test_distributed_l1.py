@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 
 import torch
 import torch.distributed as dist
@@ -19,12 +20,13 @@ def _worker(rank, world, port, config, out):
     try:
         d = PrecisionDebugger(config)
         original = dist.all_reduce
+        pair = dist.new_group([0, 1])
         d.start()
         assert dist.all_reduce is not original       # wrapped only while collecting
         t = torch.full((3,), float(rank + 1))
         dist.all_reduce(t)                           # sum over ranks: 1 + 2 = 3
         u = torch.arange(4.0) * (rank + 1)
-        work = dist.all_reduce(u, async_op=True)     # output recorded once the work is done
+        work = dist.all_reduce(u, op=dist.ReduceOp.SUM, group=pair, async_op=True)  # recorded once done
         work.wait()
         gathered = [torch.zeros(2) for _ in range(world)]
         dist.all_gather(gathered, torch.full((2,), float(rank)))
@@ -52,7 +54,11 @@ def test_collectives_are_recorded_with_buffers_after_the_operation(tmp_path):
         assert first["output"][0]["Max"] == 3.0
         second = dump["Distributed.all_reduce.1.forward"]
         assert_stats(second["output"][0], live["u"])
-        assert second["input_kwargs"]["async_op"] == {"type": "bool", "value": True}
+        assert second["input_kwargs"] == {
+            "op": {"type": "torch.distributed.ReduceOp", "value": "RedOpType.SUM"},
+            # the reference tool's group id: the CRC-32 of the rank list's text
+            "group": {"type": "torch.ProcessGroup", "group_ranks": [0, 1], "group_id": f"{zlib.crc32(b'[0, 1]'):08x}"},
+            "async_op": {"type": "bool", "value": True}}
         gather = dump["Distributed.all_gather.0.forward"]
         for i in range(2):
             assert_stats(gather["output"][0][i], live["g"][i])

@@ -112,6 +112,13 @@ def test_value_encodings():
     assert enc(torch.Size([2, 3])) == {"type": "torch.Size", "value": [2, 3]}
     assert enc(torch.float16) == {"type": "torch.dtype", "value": "torch.float16"}
     assert enc(torch.device("cpu")) == {"type": "torch.device", "value": "cpu"}
+    # the reference tool's shapes for these (they were null)
+    assert enc(torch.channels_last) == {"type": "torch.memory_format", "format": "channels_last"}
+    reduce_op = torch.distributed.ReduceOp
+    assert enc(reduce_op.MAX) == {"type": "torch.distributed.ReduceOp", "value": "RedOpType.MAX"}
+    assert enc(reduce_op(reduce_op.AVG)) == {"type": "torch.distributed.ReduceOp", "value": "RedOpType.AVG"}
+    # a process group's ranks need torch.distributed set up (tests/test_distributed_l1.py): here, its type alone
+    assert enc(torch.distributed.ProcessGroup.__new__(torch.distributed.ProcessGroup)) == {"type": "torch.ProcessGroup"}
 
 
 def test_deeply_nested_values_do_not_recurse_forever():

@@ -77,8 +77,9 @@ def same_dtype(dtype: str) -> str:
 
 
 def _value(obj: dict):
-    """What a non-tensor object holds: its value, or a process group's ranks (it has no "value")."""
-    return obj.get("value", obj.get("group_ranks"))
+    """What a non-tensor object holds: its value, a process group's ranks or a memory format's name (these
+    two have no "value")."""
+    return obj.get("value", obj.get("group_ranks", obj.get("format")))
 
 
 def _worse(a: str, b: str) -> str:

@@ -264,6 +264,40 @@ def _encode_device(v):
     return {"type": "torch.device", "value": str(v)}
 
 
+def _encode_memory_format(v):
+    """As the reference tool writes it: `{"type": "torch.memory_format", "format": "channels_last"}`."""
+    return {"type": "torch.memory_format", "format": str(v).replace("torch.", "", 1)}
+
+
+def _encode_process_group(group):
+    """The ranks of a communication group, and their CRC-32 as `group_id` (the text of the rank list, as the
+    reference tool takes it), so the same group has the same id in every rank's dump."""
+    out = {"type": "torch.ProcessGroup"}
+    try:
+        ranks = torch.distributed.get_process_group_ranks(group)
+    except Exception:  # noqa: BLE001 - a group of another job or a backend without rank lists: the type alone
+        return out
+    out["group_ranks"] = ranks
+    out["group_id"] = f"{zlib_ng.crc32(str(ranks).encode('utf-8')):08x}"
+    return out
+
+
+def _encode_reduce_op(op):
+    """`ReduceOp.SUM` (a RedOpType) or a `ReduceOp(...)` object (its `op`): "RedOpType.SUM" either way."""
+    return {"type": "torch.distributed.ReduceOp", "value": str(getattr(op, "op", op))}
+
+
+def _framework_encoders() -> dict:
+    """Encoders of torch's own argument types (by type; subclasses by isinstance): sizes, dtypes, devices,
+    memory formats, and with torch.distributed the process groups and reduce ops of collectives."""
+    encoders = {torch.Size: _encode_size, torch.dtype: _encode_dtype, torch.device: _encode_device,
+                torch.memory_format: _encode_memory_format}
+    if torch.distributed.is_available():
+        encoders[torch.distributed.ProcessGroup] = _encode_process_group
+        encoders[torch.distributed.ReduceOp] = _encode_reduce_op
+    return encoders
+
+
 class TorchSummarizer(Summarizer):
     """Summaries of torch tensors; statistics of accelerator tensors are fetched in one batch per step."""
 
@@ -272,8 +306,7 @@ class TorchSummarizer(Summarizer):
 
     def __init__(self, session):
         super().__init__(session, ValueEncoder(
-            lambda v: isinstance(v, torch.Tensor),
-            {torch.Size: _encode_size, torch.dtype: _encode_dtype, torch.device: _encode_device}, torch.Tensor))
+            lambda v: isinstance(v, torch.Tensor), _framework_encoders(), torch.Tensor))
         self._pending_crc: list = []     # (device copy, summary), async_dump on an accelerator
         if FastEncoder is not None:
             encoder = self.encoder
