@@ -323,6 +323,39 @@ def test_a_scalar_argument_set_differently_is_named_however_far_the_inputs_drift
     assert (verdict.introduced, verdict.result) == (introduced, result), verdict.reasons
 
 
+def _train_gelu_mlp(path, **gelu_kwargs):
+    """Three AdamW steps of a seeded MLP at L1 whose activation is `F.gelu(h, **gelu_kwargs)`."""
+    torch.manual_seed(0)
+    fc1, fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+    opt = torch.optim.AdamW([*fc1.parameters(), *fc2.parameters()], lr=1e-2)
+    x = torch.randn(5, 8)
+    d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
+    for _ in range(3):
+        d.start()
+        fc2(torch.nn.functional.gelu(fc1(x), **gelu_kwargs)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        d.stop()
+        d.step()
+    return path
+
+
+def test_an_argument_passed_by_one_run_only_is_named_as_a_setting(tmp_path):
+    """`F.gelu(h, approximate="tanh")` against `F.gelu(h)`: the argument is a row of the target only. It was
+    left as an unmatched row, and once the weights had drifted (steps 1 and 2) no call was named."""
+    golden = _train_gelu_mlp(tmp_path / "golden")
+    s = run(_train_gelu_mlp(tmp_path / "tanh", approximate="tanh"), golden, tmp_path / "out")
+    assert [p["first_divergence"]["name"] for p in s.pairs] == ["Functional.gelu.0.forward"] * 3
+    assert all("argument input.approximate differs: 'tanh' vs not passed" in p["first_divergence"]["reason"]
+               for p in s.pairs)
+    s = run(golden, _train_gelu_mlp(tmp_path / "tanh2", approximate="tanh"), tmp_path / "out2")  # the other way
+    assert all("differs: not passed vs 'tanh'" in p["first_divergence"]["reason"] for p in s.pairs)
+    # the default passed explicitly: said, and no call introduces a divergence (the numbers are the same)
+    s = run(_train_gelu_mlp(tmp_path / "none", approximate="none"), golden, tmp_path / "out3")
+    assert all(p["first_divergence"] is None and p["counts"]["error"] == 0 and p["counts"]["warning"] >= 1
+               for p in s.pairs)
+
+
 def test_bf16_inputs_within_tolerance_and_an_output_three_times_as_far_is_a_warning():
     from msprobe_lite.compare.judge import Judge, Verdict
     from msprobe_lite.compare.rows import INPUT, OUTPUT

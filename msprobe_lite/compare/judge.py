@@ -203,6 +203,9 @@ class Judge:
             g_row = g_rows.get(suffix)
             seen.add(suffix)
             row, err, problems = self._row(t_row, g_row, t_dump, g_dump)
+            if g_row is None and self._passed_on_one_side(t_row):
+                arguments.append(f"argument {suffix.lstrip('.')} differs: {_value(t_row.obj)!r} vs not passed")
+                argument_err, problems = math.inf, []
             if g_row is not None:
                 row["Bench Name"] = g_row.name
                 worst_eps = max(worst_eps, eps_of(t_row.dtype), eps_of(g_row.dtype))
@@ -230,6 +233,9 @@ class Judge:
         for suffix, g_row in g_rows.items():
             if suffix not in seen:
                 row, _, problems = self._row(None, g_row, t_dump, g_dump)
+                if self._passed_on_one_side(g_row):
+                    arguments.append(f"argument {suffix.lstrip('.')} differs: not passed vs {_value(g_row.obj)!r}")
+                    argument_err, problems = math.inf, []
                 rows.append(row)
                 row_problems.append(problems)
         errs[INPUT].append(upstream)
@@ -249,6 +255,12 @@ class Judge:
             verdict.raise_to(WARNING, argument)
         self._finish_rows(rows, row_problems, verdict, stack)
         return rows, verdict
+
+    def _passed_on_one_side(self, row) -> bool:
+        """A scalar argument that one run passes and the other does not (`F.gelu(h, approximate="tanh")`
+        against `F.gelu(h)`): a setting that may differ from the default, judged like one that differs. Not
+        across frameworks, whose APIs pass different arguments for the same call."""
+        return row.role == INPUT and not row.is_tensor and self.tail is None and self.golden_tail is None
 
     @staticmethod
     def _finish_rows(rows, row_problems, verdict, stack) -> None:
