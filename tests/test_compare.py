@@ -356,6 +356,76 @@ def test_an_argument_passed_by_one_run_only_is_named_as_a_setting(tmp_path):
                for p in s.pairs)
 
 
+class _Glued(torch.nn.Module):
+    """Layers joined by code that no L0 record covers: a clamp between fc1 and fc2."""
+
+    def __init__(self, bound):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = torch.nn.Linear(6, 12), torch.nn.Linear(12, 12), torch.nn.Linear(12, 2)
+        self.bound = bound
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(self.fc1(x).clamp(-self.bound, self.bound))))
+
+
+def _train_glued(path, bound):
+    torch.manual_seed(0)
+    model, x = _Glued(bound), torch.randn(8, 6)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
+    for _ in range(3):
+        d.start(model=model)
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        d.stop()
+        d.step()
+    return path
+
+
+def test_a_difference_that_arises_between_modules_is_shown_where_it_is_first_seen(tmp_path):
+    """At L0 the clamp between two modules is no record: fc2's input differs by 20% while fc1's output agrees,
+    and every call only passes its inputs' difference on. The compare said "9 pass, 0 error" (a new-user
+    trial); it now names the first module call whose inputs differ more than earlier outputs explain."""
+    from msprobe_lite.compare.report import console_line
+
+    s = run(_train_glued(tmp_path / "t", 0.8), _train_glued(tmp_path / "g", 1.0), tmp_path / "out")
+    for p in s.pairs:
+        assert p["first_divergence"] is None and p["first_seen"]["name"] == "Module.fc2.Linear.forward.0"
+        assert "first difference seen in the inputs of Module.fc2.Linear.forward.0" in console_line(p)
+        assert "inputs already differ by" in p["first_seen"]["reason"] and p["counts"]["warning"] >= 1
+    s = run(_train_glued(tmp_path / "same", 1.0), tmp_path / "g", tmp_path / "out_same")
+    assert all(p["first_seen"] is None and p["counts"]["warning"] == 0 for p in s.pairs)
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_fp32_against_bf16_at_module_level_names_no_call(tmp_path, level):
+    """Parameter gradients that are zero in exact arithmetic (attention's key bias) are noise against the
+    module's other parameter gradients: they were named as introduced at every step of an L0 or mix
+    compare of a transformer in bf16 against fp32. Nor is any module call's input a "first difference"."""
+    def train(path, dtype):
+        torch.manual_seed(0)
+        model = TinyTransformer().to(dtype)
+        model.eval()
+        x, y = torch.randint(0, 32, (2, 6), generator=torch.Generator().manual_seed(1)), \
+            torch.randint(0, 32, (2, 6), generator=torch.Generator().manual_seed(2))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level=level)
+        for _ in range(3):
+            d.start(model=model)
+            logits, _ = model(x)
+            torch.nn.functional.cross_entropy(logits.float().reshape(-1, 32), y.reshape(-1)).backward()
+            opt.step()
+            opt.zero_grad()
+            d.stop()
+            d.step()
+        return path
+
+    s = run(train(tmp_path / "bf16", torch.bfloat16), train(tmp_path / "fp32", torch.float32), tmp_path / "out")
+    assert all(p["first_divergence"] is None and p["first_seen"] is None and p["counts"]["error"] == 0
+               for p in s.pairs), [p["first_divergence"] for p in s.pairs]
+
+
 def test_bf16_inputs_within_tolerance_and_an_output_three_times_as_far_is_a_warning():
     from msprobe_lite.compare.judge import Judge, Verdict
     from msprobe_lite.compare.rows import INPUT, OUTPUT

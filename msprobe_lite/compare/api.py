@@ -211,14 +211,22 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
     first = extra = None  # extra: the first call only in the target, when it comes before any divergence
     first_error = None    # the first error of any kind: said when no call introduced a divergence
+    first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
+    forward_out = 0.0     # the largest output difference of the forward calls judged so far
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
         # a backward record's place in the code is its forward call's
         stack = (target.stacks.get(pair.target) or target.stacks.get(counterpart(pair.target)) or []) \
             if pair.target else []
         upstream = max(_upstream(pair.target, seen_err), inside.get(pair.target, 0.0)) if pair.target else 0.0
+        forward = pair.target is not None and split_name(pair.target)[1] == "forward"
+        # whether its inputs differ more than earlier outputs explain: asked of module calls, whose parameters
+        # are apart from their inputs (an API's weights are arguments, and differ after a step of drift)
+        module = forward and pair.target.startswith(("Module.", "Cell."))
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
-                                           upstream)
+                                           upstream, forward_out if module else None)
+        if forward and verdict.result != UNMATCHED:
+            forward_out = max(forward_out, verdict.out_err)
         if pair.target:
             base, direction, index = split_name(pair.target)
             seen_err[(base, direction, index)] = verdict.in_err
@@ -245,13 +253,16 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             modules[module] = (max(worst, verdict.out_err), verdict.result if
                                {PASS: 0, WARNING: 1, ERROR: 2}[verdict.result] > {PASS: 0, WARNING: 1, ERROR: 2}[result]
                                else result)
-        if (first is None and verdict.introduced) or (first_error is None and verdict.result == ERROR):
+        if (first is None and verdict.introduced) or (first_error is None and verdict.result == ERROR) or \
+                (first_seen is None and verdict.first_seen):
             found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
                      "stack": stack, "parents": _parents(target, pair.target)}
             if first is None and verdict.introduced:
                 first = found
             if first_error is None and verdict.result == ERROR:
                 first_error = found
+            if first_seen is None and verdict.first_seen:
+                first_seen = found
     if bar:
         bar.close()
     sink.close()
@@ -265,7 +276,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         files.append(xlsx_path)
     summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
                     "counts": counts, "first_divergence": first, "first_only_in_target": extra,
-                    "first_error": first_error, "note": note,
+                    "first_error": first_error, "first_seen": first_seen, "note": note,
                     "result_file": csv_path}
     return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules}
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from .metrics import STATS, eps_of, finite, magnitude, noise_error, stat_error, stat_measures
 from .pair import dtype_kind, split_name
-from .rows import INPUT, OUTPUT
+from .rows import INPUT, OUTPUT, params_grad_owner
 
 PASS, WARNING, ERROR, UNMATCHED = "pass", "warning", "error", "unmatched"
 _RANK = {PASS: 0, WARNING: 1, ERROR: 2, UNMATCHED: 3}
@@ -60,6 +60,7 @@ class Verdict:
     result: str = PASS
     reasons: list = field(default_factory=list)
     introduced: bool = False    # this call is where the runs part
+    first_seen: bool = False    # its inputs differ more than any earlier call's outputs (see Judge.judge)
     in_err: float = 0.0
     out_err: float = 0.0
 
@@ -166,10 +167,12 @@ class Judge:
         return m["rel_l2"]
 
     # -- one record pair ---------------------------------------------------------------------------------
-    def judge(self, pair, t_dump, g_dump, stack: str = "", inner_eps: float = 0.0, upstream: float = 0.0) -> tuple:
+    def judge(self, pair, t_dump, g_dump, stack: str = "", inner_eps: float = 0.0, upstream: float = 0.0,
+              explained: float | None = None) -> tuple:
         """(rows, Verdict) for a Pair. `inner_eps`: the coarsest precision of the calls made inside this one
         (a module under autocast computes in bf16 between fp32 inputs and outputs). `upstream`: how much
-        what this call also depends on already differs (a backward depends on its forward's inputs)."""
+        what this call also depends on already differs (a backward depends on its forward's inputs).
+        `explained` (forward calls): the largest output difference of the forward calls before this one."""
         if pair.target is None or pair.golden is None:
             side, name, dump = ("target", pair.target, t_dump) if pair.golden is None else \
                 ("golden", pair.golden, g_dump)
@@ -198,6 +201,7 @@ class Judge:
         argument_err = 0.0   # the largest relative difference of a scalar argument (inf: not a number)
         inputs_size = 0.0    # the largest golden magnitude of the floating-point tensor inputs
         outputs = []         # (index in errs[OUTPUT], target, golden) of tensor outputs, statistics mode
+        data_err = 0.0       # the largest difference of the tensor inputs that are not the call's parameters
         for t_row in t_rows:
             suffix = t_tail(t_row.name[cut_t:]) if t_tail else t_row.name[cut_t:]
             g_row = g_rows.get(suffix)
@@ -216,6 +220,8 @@ class Judge:
                         elif dtype_kind(g_row.dtype) == "float":  # not indices or masks
                             inputs_size = max(inputs_size, magnitude(g_row.obj))
                     errs[t_row.role].append(err)
+                    if t_row.role == INPUT and t_row.is_tensor and not suffix.startswith(".parameters."):
+                        data_err = max(data_err, err)
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
                                      f"{_value(t_row.obj)!r} vs {_value(g_row.obj)!r}")
@@ -244,13 +250,30 @@ class Judge:
         # projection bias's) is noise, and against its own magnitude any two roundings of it differ wildly:
         # it is measured against the magnitude of those gradients instead. Backward records only: a forward
         # output that small is a product or a masked result as often as noise, and a scale set there is a
-        # change to be named.
+        # change to be named. A module's parameter gradients (L0, mix) have no inputs in their record: each is
+        # measured so against the largest of them (a Linear's weight gradient, beside its key bias's).
+        gradients = split_name(pair.target)[1] == "backward"
+        if params_grad_owner(pair.target):
+            gradients = True
+            inputs_size = max((magnitude(g_obj) for _, _, g_obj in outputs
+                               if dtype_kind(g_obj.get("dtype") or "") == "float"), default=0.0)
         noise = TOLERANCE_EPS * max(worst_eps, inner_eps) * inputs_size
-        if noise > 0 and argument_err == 0 and split_name(pair.target)[1] == "backward":
+        if noise > 0 and argument_err == 0 and gradients:
             for at, t_obj, g_obj in outputs:
                 if magnitude(g_obj) < noise and magnitude(t_obj) < noise and errs[OUTPUT][at] != math.inf:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
         self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, argument_err)
+        tol = TOLERANCE_EPS * max(worst_eps, inner_eps)
+        # Inputs that differ beyond what every earlier call's outputs explain: the runs parted before this call,
+        # in code that no record covers (at L0, what runs between modules), in the input data, or in earlier
+        # steps. Without it, an L0 compare of two runs that clearly differ read "9 pass, 0 error".
+        if explained is not None and not verdict.introduced and self.mode != "md5" \
+                and data_err > max(DRIFT_MARGIN * tol, AMPLIFICATION * explained):
+            verdict.first_seen = True
+            verdict.raise_to(WARNING, f"inputs already differ by {_fmt(data_err)} of their magnitude, earlier calls' "
+                                      f"outputs by at most {_fmt(explained)}: the runs parted before this call, in "
+                                      f"code that is not recorded (at L0, between modules), in the input data, or "
+                                      f"in earlier steps")
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
         self._finish_rows(rows, row_problems, verdict, stack)

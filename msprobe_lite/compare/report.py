@@ -149,11 +149,13 @@ def console_line(pair: dict) -> str:
     fd, extra = pair["first_divergence"], pair.get("first_only_in_target")
     # a call the golden run did not make, before any divergence: often the change itself (an added op)
     only = f"a call only in the target: {extra['name']}{_at(extra)}" if extra else ""
-    error = pair.get("first_error")
+    error, seen = pair.get("first_error"), pair.get("first_seen")
     if fd is None:
-        # errors that no call introduced (a shape that differs, NaN already in the inputs): the first is named
+        # errors that no call introduced (a shape that differs, NaN already in the inputs): the first is named;
+        # without one, the first call whose inputs differ more than earlier calls explain
         head = "no divergent call found" + (f"; {only}" if only else "") + \
-            (f"; first error: {error['name']} -- {error['reason']}{_at(error)}" if error else "")
+            (f"; first error: {error['name']} -- {error['reason']}{_at(error)}" if error else
+             f"; first difference seen in the inputs of {seen['name']} -- {seen['reason']}{_at(seen)}" if seen else "")
     else:
         head = f"first divergence: {fd['name']} -- {fd['reason']}{_at(fd)}" + (f"; before it, {only}" if only else "")
     note = f" ({pair['note']})" if pair.get("note") else ""
@@ -196,7 +198,8 @@ def write_html(path: str, summary: dict, details: list) -> None:
         where = f"step {p['step']}" + (f" rank {p['rank']}" if p["rank"] is not None else "")
         parts.append(f"<h2>{html.escape(where)}</h2><p>{html.escape(console_line(p))}</p>")
         fd, title = (p["first_divergence"], "First divergence") if p["first_divergence"] else \
-            (p.get("first_error"), "First error (no call introduced one)")
+            (p.get("first_error"), "First error (no call introduced one)") if p.get("first_error") else \
+            (p.get("first_seen"), "First call whose inputs differ (no call introduced a divergence)")
         if fd:
             parts.append(f"<h3>{title}</h3><table>")
             for key in ("name", "golden_name", "reason"):
