@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from helpers import load
 from models import TinyTransformer
 
 from msprobe_lite.cli import main as cli
@@ -424,6 +425,23 @@ def test_fp32_against_bf16_at_module_level_names_no_call(tmp_path, level):
     s = run(train(tmp_path / "bf16", torch.bfloat16), train(tmp_path / "fp32", torch.float32), tmp_path / "out")
     assert all(p["first_divergence"] is None and p["first_seen"] is None and p["counts"]["error"] == 0
                for p in s.pairs), [p["first_divergence"] for p in s.pairs]
+
+
+@pytest.mark.parametrize("selection", [{"list": ["mlp"]}, {"data_mode": ["output"]}, {"data_mode": ["input"]},
+                                       {"data_mode": ["forward", "input"]}, {"data_mode": ["backward"]}])
+def test_a_filtered_dump_pairs_with_an_unfiltered_golden(tmp_path, golden, selection):
+    """A dump made with a filter holds the same calls, fewer of them or fewer parts: each pairs with its
+    golden call. Before, a `list` filter left the backward parents of the calls inside a filtered-out module
+    null (the golden names them), and a `data_mode` filter's records paired with none (their signatures
+    lacked the inputs or the outputs), so compare reported calls only in the target (a new-user trial)."""
+    target = dump_transformer(tmp_path / "t", statistics=selection)
+    s = run(target, golden, tmp_path / "out")
+    (pair,) = s.pairs
+    counts = pair["counts"]
+    assert counts["unmatched_target"] == counts["error"] == counts["warning"] == 0, pair
+    assert counts["pass"] == len(load(target)["data"]) and pair["first_divergence"] is None
+    parents, golden_parents = load(target, name="construct.json"), load(golden, name="construct.json")
+    assert parents and all(golden_parents[name] == parent for name, parent in parents.items())
 
 
 def test_bf16_inputs_within_tolerance_and_an_output_three_times_as_far_is_a_warning():

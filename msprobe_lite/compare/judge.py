@@ -38,6 +38,9 @@ AMPLIFICATION = 10
 AMPLIFICATION_OF_AGREEING = 2
 DRIFT_MARGIN = 4         # inputs within the tolerance but not equal: an output beyond this many tolerances
 
+# a row of a role (inputs, outputs) that the other side's record does not hold at all: left out by data_mode
+NOT_DUMPED = "not dumped in %s (its record holds no rows of this kind: a data_mode filter)"
+
 HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape"]
 TAIL = ["Result", "Err_message", "NPU_Stack_Info"]
 COLUMNS = {
@@ -202,12 +205,16 @@ class Judge:
         inputs_size = 0.0    # the largest golden magnitude of the floating-point tensor inputs
         outputs = []         # (index in errs[OUTPUT], target, golden) of tensor outputs, statistics mode
         data_err = 0.0       # the largest difference of the tensor inputs that are not the call's parameters
+        # the roles (input, output) each side recorded: a dump made with a `data_mode` filter has one only
+        t_roles, g_roles = {r.role for r in t_rows}, {r.role for r in g_rows.values()}
         for t_row in t_rows:
             suffix = t_tail(t_row.name[cut_t:]) if t_tail else t_row.name[cut_t:]
             g_row = g_rows.get(suffix)
             seen.add(suffix)
             row, err, problems = self._row(t_row, g_row, t_dump, g_dump)
-            if g_row is None and self._passed_on_one_side(t_row):
+            if g_row is None and t_row.role not in g_roles:
+                problems = [NOT_DUMPED % "golden"]
+            elif g_row is None and self._passed_on_one_side(t_row):
                 arguments.append(f"argument {suffix.lstrip('.')} differs: {_value(t_row.obj)!r} vs not passed")
                 argument_err, problems = math.inf, []
             if g_row is not None:
@@ -239,7 +246,9 @@ class Judge:
         for suffix, g_row in g_rows.items():
             if suffix not in seen:
                 row, _, problems = self._row(None, g_row, t_dump, g_dump)
-                if self._passed_on_one_side(g_row):
+                if g_row.role not in t_roles:
+                    problems = [NOT_DUMPED % "target"]
+                elif self._passed_on_one_side(g_row):
                     arguments.append(f"argument {suffix.lstrip('.')} differs: not passed vs {_value(g_row.obj)!r}")
                     argument_err, problems = math.inf, []
                 rows.append(row)
@@ -292,16 +301,18 @@ class Judge:
         Err_message is every reason so far; it is joined again only when a reason was added."""
         message, joined = "", -1
         for row, problems in zip(rows, row_problems):
-            result = verdict.result
+            result, own = verdict.result, None
             for p in problems:
                 severity = ERROR if p.startswith(("shape", "dtype", "target output has NaN", "tensor files")) \
-                    else UNMATCHED if p.startswith("row only") else WARNING
+                    else UNMATCHED if p.startswith(("row only", "not dumped")) else WARNING
                 result = _worse(result, severity)
-                if p not in verdict.reasons:
+                if p.startswith("not dumped"):  # a filter's choice: the row's own result, not the call's
+                    own = p
+                elif p not in verdict.reasons:
                     verdict.raise_to(ERROR if severity == ERROR else WARNING, p)
             if len(verdict.reasons) != joined:
                 message, joined = "; ".join(verdict.reasons), len(verdict.reasons)
-            row["Result"], row["Err_message"], row["NPU_Stack_Info"] = result, message, stack
+            row["Result"], row["Err_message"], row["NPU_Stack_Info"] = result, own or message, stack
 
     def _decide(self, verdict, errs, extra, worst_eps, t_rows, new_nonfinite, argument_err=0.0) -> None:
         """`argument_err`: the largest relative difference of a scalar argument (0: none differs; inf: one

@@ -60,6 +60,17 @@ def signature(name: str, rows) -> tuple:
                  for row in rows if row.is_tensor and not row.name.startswith(params))
 
 
+def _on_common_roles(sig_t: list, sig_g: list) -> tuple:
+    """The signatures of a group of calls on the roles both sides recorded: a dump made with `data_mode`
+    ["output"] has no inputs, and its calls are still the golden's (they paired with none before)."""
+    roles_t = {part[0] for sig in sig_t for part in sig}
+    roles_g = {part[0] for sig in sig_g for part in sig}
+    if roles_t == roles_g:
+        return sig_t, sig_g
+    common = roles_t & roles_g
+    return ([tuple(part for part in sig if part[0] in common) for sig in sigs] for sigs in (sig_t, sig_g))
+
+
 def _group_key(name: str, parents: dict, rename) -> tuple:
     base, direction, _ = split_name(rename(name))
     parent = parents.get(name)
@@ -115,6 +126,7 @@ def pair_records(target, golden, rename=_same, rename_golden=_same, by_parent: b
             continue
         sig_t = [signature(n, target.rows(n)) for n in t_names]
         sig_g = [signature(n, golden.rows(n)) for n in g_names]
+        sig_t, sig_g = _on_common_roles(sig_t, sig_g)
         partner.update(zip(t_names, g_names) if sig_t == sig_g else _align(t_names, g_names, sig_t, sig_g))
     paired_golden = {g: t for t, g in partner.items()}
     pairs = []

@@ -27,9 +27,11 @@ class Call:
 
     `save_as` is the record name when its tensors are also saved to files (task tensor, tensor_list). The
     backward collector exists once an input or an output can receive a gradient; until then `bwd_name`,
-    `bwd_parent` and `n_in` (how many tensors the call received) say how to make it."""
+    `bwd_parent` and `n_in` (how many tensors the call received) say how to make it. `backward_name` is the
+    backward record's name whether or not it is recorded: the backward parent of the calls made inside this
+    one (a filter that leaves this call's backward out must not leave theirs without a parent)."""
 
-    __slots__ = ("name", "record", "backward", "save_as", "bwd_name", "bwd_parent", "n_in")
+    __slots__ = ("name", "record", "backward", "save_as", "bwd_name", "bwd_parent", "n_in", "backward_name")
 
     def __init__(self, name, record=None, backward=None, save_as=None):
         self.name = name
@@ -37,6 +39,7 @@ class Call:
         self.backward = backward
         self.save_as = save_as
         self.bwd_name = None  # set when gradients are recorded for this call
+        self.backward_name = None
 
 
 class BackwardCall:
@@ -147,6 +150,7 @@ class CallRecorder:
         if filtered:
             session.filter.on_start(name)
         call = Call(name)
+        call.backward_name = bwd_name
         if not filtered or session.filter.wants(name):
             call.record = record = Record(name)
             save_as = call.save_as = name if session.saving and session.saves_tensors(name) else None
@@ -270,7 +274,7 @@ class CallRecorder:
             outer = modules.current()
             if outer is not None:
                 parent = outer.name
-                bwd_parent = outer.bwd_name  # set even before its backward collector exists
+                bwd_parent = outer.backward_name  # its name even when its backward is not recorded
         return self.begin(stem + FORWARD, stem + BACKWARD, args, kwargs, parent, bwd_parent)
 
     def end_api(self, call: Call, api: str, args, output) -> None:

@@ -101,7 +101,7 @@ class ModuleHooks:
             with quiet():  # the hook's own tensor reads are not API calls (and skip the API capture's dispatch)
                 stack[-1] = self.recorder.begin(
                     name, module_record(kind, path, cls, BACKWARD, n), args, kwargs,
-                    outer.name if outer else None, outer.bwd_name if outer else None, params)
+                    outer.name if outer else None, outer.backward_name if outer else None, params)
             return None
         return pre_hook
 

@@ -78,8 +78,9 @@ typedef struct {
 
 static PyObject *S_forward_on, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
     *S_optimizer, *S_input_args, *S_input_kwargs, *S_output, *S_site, *S_what,
-    *S_site_begin, *S_site_end, *S_name, *S_bwd_name, *S_requires_grad, *S_version, *S_backward_hooks,
-    *S_grad_fn, *S_register_hook_dict, *S_n_out, *S_input, *S_step_open, *S_data, *S_site_hook, *EMPTY, *ZERO;
+    *S_site_begin, *S_site_end, *S_name, *S_bwd_name, *S_backward_name, *S_requires_grad, *S_version,
+    *S_backward_hooks, *S_grad_fn, *S_register_hook_dict, *S_n_out, *S_input, *S_step_open, *S_data,
+    *S_site_hook, *EMPTY, *ZERO;
 
 /* The Python method with the same arguments, `self` in front. */
 static PyObject *call_twin(Handler *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
@@ -232,15 +233,16 @@ static void flight_clear(Flight *f) {
     Py_CLEAR(f->call);
 }
 
-/* The innermost module call's name and backward name (mix level), as new references in owner[0] and
-   owner[1], or None when no module is running: CallRecorder.begin_api. */
+/* The innermost module call's name and backward name (mix level; the name even when its backward is not
+   recorded), as new references in owner[0] and owner[1], or None when no module is running:
+   CallRecorder.begin_api. */
 static int module_parents(Handler *h, PyObject **owner) {
     PyObject *outer = PyObject_CallNoArgs(h->current);
     if (outer == NULL)
         return -1;
     if (outer != Py_None) {
         owner[0] = PyObject_GetAttr(outer, S_name);
-        owner[1] = owner[0] ? PyObject_GetAttr(outer, S_bwd_name) : NULL;
+        owner[1] = owner[0] ? PyObject_GetAttr(outer, S_backward_name) : NULL;
     }
     Py_DECREF(outer);
     return outer != Py_None && owner[1] == NULL ? -1 : 0;
@@ -782,7 +784,7 @@ static int grads_before(Handler *h, Flight *f, PyObject *bwd_name, PyObject *bwd
         rc = -1;
     if (rc == 1) {
         PyObject *n_in = PyLong_FromSsize_t(PyList_GET_SIZE(inputs));
-        PyObject *parts[] = {f->name, Py_None, Py_None, Py_None, bwd_name, bwd_parent, n_in};
+        PyObject *parts[] = {f->name, Py_None, Py_None, Py_None, bwd_name, bwd_parent, n_in, bwd_name};
         f->call = n_in ? slots_new(&h->call_slots, parts) : NULL;
         Py_XDECREF(n_in);
         int wanted = f->call ? any_may_get_grad(inputs) : -1;
@@ -1251,7 +1253,8 @@ static PyObject *Handler_bind(Handler *h, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static const char *const CALL_SLOTS[] = {"name", "record", "backward", "save_as", "bwd_name", "bwd_parent", "n_in"};
+static const char *const CALL_SLOTS[] = {"name",     "record",     "backward", "save_as",
+                                          "bwd_name", "bwd_parent", "n_in",     "backward_name"};
 static const char *const BACKWARD_SLOTS[] = {"name", "recorder", "record", "n_in", "n_out", "parent", "save_as",
                                              "abandoned"};
 static const char *const GRAD_SLOT_SLOTS[] = {"places", "tensor", "version", "fired"};
@@ -1271,7 +1274,7 @@ static PyObject *Handler_bind_gradients(Handler *h, PyObject *args) {
                           &plain, &hook_dict, &keys, &on_grad, &max_depth))
         return NULL;
     h->grads_in_c = 0;
-    int found[4] = {slots_find(&h->call_slots, types[0], CALL_SLOTS, 7),
+    int found[4] = {slots_find(&h->call_slots, types[0], CALL_SLOTS, 8),
                     slots_find(&h->backward_slots, types[1], BACKWARD_SLOTS, 8),
                     slots_find(&h->grad_slot_slots, types[2], GRAD_SLOT_SLOTS, 4),
                     slots_find(&h->handle_slots, types[3], HANDLE_SLOTS, 2)};
@@ -1406,6 +1409,7 @@ PyMODINIT_FUNC PyInit__fast_capture(void) {
     INTERN(S_site_end, "ApiCapture._end");
     INTERN(S_name, "name");
     INTERN(S_bwd_name, "bwd_name");
+    INTERN(S_backward_name, "backward_name");
     INTERN(S_requires_grad, "requires_grad");
     INTERN(S_version, "_version");
     INTERN(S_backward_hooks, "_backward_hooks");
