@@ -564,6 +564,10 @@ def test_filters_at_l1(tmp_path, cfg, expected):
      "scope's last name 'Torch.relu.9.forward' was not reached: dumped from 'Torch.exp.0.forward' to the end"),
     ({"statistics": {"scope": ["Torch.exq.0.forward", "Torch.relu.0.forward"]}},
      "scope's first name 'Torch.exq.0.forward' was not reached: nothing in the scope was dumped"),
+    # in the wrong order (it said the last name was of the other direction)
+    ({"statistics": {"scope": ["Torch.relu.0.forward", "Torch.exp.0.forward"]}},
+     "scope's last name 'Torch.exp.0.forward' ran before its first name 'Torch.relu.0.forward' (are they in the "
+     "wrong order?): dumped from 'Torch.relu.0.forward' to the end of the step"),
 ])
 def test_a_filter_name_that_matches_nothing_is_said_once(tmp_path, caplog, cfg, said):
     """A misspelt `list` or `scope` name gave an empty or a partial dump and no word about it."""

@@ -38,6 +38,7 @@ class RecordFilter:
         self._scope_opened = False
         self._scope_done = False
         self._scope_end_seen = False  # the last name came as a record (a backward one never reaches on_end)
+        self._scope_end_early = False  # ... before the first name opened the range
         self._listed = False          # a record name matched `list` this step
         self._scoped = set()
         self._scoped_modules = set()  # `Module.path.Class` of module calls in scope: their gradients follow
@@ -57,6 +58,7 @@ class RecordFilter:
             return True
         if name == self.scope[1]:
             self._scope_end_seen = True
+            self._scope_end_early |= not self._scope_opened
         if direction == PARAMS_GRAD:
             return name.split(f".{PARAMS_GRAD}.")[0] in self._scoped_modules
         if direction == self._scope_direction or direction is None:
@@ -90,6 +92,9 @@ class RecordFilter:
         found = []
         if self.scope and not self._scope_opened:
             found.append(f"scope's first name {self.scope[0]!r} was not reached: nothing in the scope was dumped")
+        elif self.scope and not self._scope_done and self._scope_end_early:
+            found.append(f"scope's last name {self.scope[1]!r} ran before its first name {self.scope[0]!r} (are they "
+                         f"in the wrong order?): dumped from {self.scope[0]!r} to the end of the step")
         elif self.scope and not self._scope_done and self._scope_end_seen:
             found.append(f"scope's last name {self.scope[1]!r} is a record of the other direction, which does not "
                          f"end a range of {self._scope_direction} records: dumped from {self.scope[0]!r} to the "
