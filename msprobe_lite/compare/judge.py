@@ -266,13 +266,13 @@ class Judge:
             gradients = True
             inputs_size = max((magnitude(g_obj) for _, _, g_obj in outputs
                                if dtype_kind(g_obj.get("dtype") or "") == "float"), default=0.0)
-        noise = TOLERANCE_EPS * max(worst_eps, inner_eps) * inputs_size
+        tol = TOLERANCE_EPS * max(worst_eps, inner_eps)
+        noise = tol * inputs_size
         if noise > 0 and argument_err == 0 and gradients:
             for at, t_obj, g_obj in outputs:
                 if magnitude(g_obj) < noise and magnitude(t_obj) < noise and errs[OUTPUT][at] != math.inf:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
         self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, argument_err)
-        tol = TOLERANCE_EPS * max(worst_eps, inner_eps)
         # Inputs that differ beyond what every earlier call's outputs explain: the runs parted before this call,
         # in code that no record covers (at L0, what runs between modules), in the input data, or in earlier
         # steps. Without it, an L0 compare of two runs that clearly differ read "9 pass, 0 error".
