@@ -616,6 +616,18 @@ def test_torch_is_untouched(tmp_path):
     assert not torch.overrides._get_current_function_mode_stack()
 
 
+def test_the_c_handler_takes_the_gradient_half_too(tmp_path):
+    """The C handler fills Call, BackwardCall, _GradSlot and _HookHandle through their slots (_slots.h), and
+    quietly leaves the gradient half to Python when a class's slots no longer match its tables (a slot added
+    on one side only, or past SLOTS_MAX): correct, but slower. This says when that happens."""
+    from msprobe_lite.pytorch import api_capture
+    assert api_capture.FastHandler is not None  # the test set-up builds it (pip install -e .)
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="mix", task="statistics")
+    d.start(model=torch.nn.Linear(2, 2))
+    assert d.apis.grads_in_c is True
+    d.stop()
+
+
 def test_the_modes_torch_function_is_looked_up_again_when_its_class_changes(tmp_path, monkeypatch):
     """The C handler hands PyTorch a bound __torch_function__ made once (Handler_getattr); a change of the class
     (here a wrapper set on it) must be seen on the next call."""

@@ -115,9 +115,10 @@ class ApiCapture(TorchFunctionMode):
         if recorder.framework.tensor_hooks:
             # CallRecorder's gradient half (gradients_before/after, _hook, on_grad) in C too, for plain
             # tensors in plain containers; anything else still goes through those methods
-            capture.bind_gradients(Call, BackwardCall, _GradSlot, _HookHandle, recorder._slots,
-                                   recorder.grad_handles, recorder, torch.Tensor, PLAIN_TENSORS, OrderedDict,
-                                   _KEYS, TorchFramework.on_grad, MAX_DEPTH)
+            # (False when a class's slots no longer match the C tables: the Python route then; tested)
+            capture.grads_in_c = capture.bind_gradients(
+                Call, BackwardCall, _GradSlot, _HookHandle, recorder._slots, recorder.grad_handles, recorder,
+                torch.Tensor, PLAIN_TENSORS, OrderedDict, _KEYS, TorchFramework.on_grad, MAX_DEPTH)
         return capture
 
     def __init__(self, session, recorder, summarizer, modules=None, api_list: str = API_LIST):
