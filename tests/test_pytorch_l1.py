@@ -568,6 +568,9 @@ def test_filters_at_l1(tmp_path, cfg, expected):
     ({"statistics": {"scope": ["Torch.relu.0.forward", "Torch.exp.0.forward"]}},
      "scope's last name 'Torch.exp.0.forward' ran before its first name 'Torch.relu.0.forward' (are they in the "
      "wrong order?): dumped from 'Torch.relu.0.forward' to the end of the step"),
+    # a backward last name is asked for at its forward call's start, before the range opens: not the order
+    ({"statistics": {"scope": ["Torch.relu.0.forward", "Torch.exp.0.backward"]}},
+     "scope's last name 'Torch.exp.0.backward' is a record of the other direction"),
 ])
 def test_a_filter_name_that_matches_nothing_is_said_once(tmp_path, caplog, cfg, said):
     """A misspelt `list` or `scope` name gave an empty or a partial dump and no word about it."""

@@ -58,7 +58,9 @@ class RecordFilter:
             return True
         if name == self.scope[1]:
             self._scope_end_seen = True
-            self._scope_end_early |= not self._scope_opened
+            # before the range opened: the two given in the wrong order (a last name of the other direction is
+            # asked for at its forward call's start already: that is not this)
+            self._scope_end_early |= not self._scope_opened and direction == self._scope_direction
         if direction == PARAMS_GRAD:
             return name.split(f".{PARAMS_GRAD}.")[0] in self._scoped_modules
         if direction == self._scope_direction or direction is None:
