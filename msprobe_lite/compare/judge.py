@@ -38,8 +38,8 @@ AMPLIFICATION = 10
 AMPLIFICATION_OF_AGREEING = 2
 DRIFT_MARGIN = 4         # inputs within the tolerance but not equal: an output beyond this many tolerances
 
-# a row of a role (inputs, outputs) that the other side's record does not hold at all: left out by data_mode
-NOT_DUMPED = "not dumped in %s (its record holds no rows of this kind: a data_mode filter)"
+# a row of a part (inputs, outputs) that the other dump holds for no call: left out by data_mode
+NOT_DUMPED = "not dumped in %s (it holds no call's rows of this kind: a data_mode filter)"
 
 HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape"]
 TAIL = ["Result", "Err_message", "NPU_Stack_Info"]
@@ -205,8 +205,8 @@ class Judge:
         inputs_size = 0.0    # the largest golden magnitude of the floating-point tensor inputs
         outputs = []         # (index in errs[OUTPUT], target, golden) of tensor outputs, statistics mode
         data_err = 0.0       # the largest difference of the tensor inputs that are not the call's parameters
-        # the roles (input, output) each side recorded: a dump made with a `data_mode` filter has one only
-        t_roles, g_roles = {r.role for r in t_rows}, {r.role for r in g_rows.values()}
+        # the parts (input, output) each dump holds: a dump made with a `data_mode` filter has one only
+        t_roles, g_roles = t_dump.roles(), g_dump.roles()
         for t_row in t_rows:
             suffix = t_tail(t_row.name[cut_t:]) if t_tail else t_row.name[cut_t:]
             g_row = g_rows.get(suffix)

@@ -60,15 +60,10 @@ def signature(name: str, rows) -> tuple:
                  for row in rows if row.is_tensor and not row.name.startswith(params))
 
 
-def _on_common_roles(sig_t: list, sig_g: list) -> tuple:
-    """The signatures of a group of calls on the roles both sides recorded: a dump made with `data_mode`
-    ["output"] has no inputs, and its calls are still the golden's (they paired with none before)."""
-    roles_t = {part[0] for sig in sig_t for part in sig}
-    roles_g = {part[0] for sig in sig_g for part in sig}
-    if roles_t == roles_g:
-        return sig_t, sig_g
-    common = roles_t & roles_g
-    return ([tuple(part for part in sig if part[0] in common) for sig in sigs] for sigs in (sig_t, sig_g))
+def _on_roles(sigs: list, roles) -> list:
+    """Signatures on the roles both dumps hold: a dump made with `data_mode` ["output"] has no inputs, and
+    its calls are still the golden's (they paired with none before)."""
+    return [tuple(part for part in sig if part[0] in roles) for sig in sigs]
 
 
 def _group_key(name: str, parents: dict, rename) -> tuple:
@@ -116,6 +111,7 @@ def pair_records(target, golden, rename=_same, rename_golden=_same, by_parent: b
     for name in golden.records:
         groups_g.setdefault(_group_key(name, parents_g, rename_golden), []).append(name)
     partner: dict = {}
+    common = None if target.roles() == golden.roles() else target.roles() & golden.roles()
     for key, t_names in groups_t.items():
         g_names = groups_g.get(key, [])
         if not g_names:
@@ -126,7 +122,8 @@ def pair_records(target, golden, rename=_same, rename_golden=_same, by_parent: b
             continue
         sig_t = [signature(n, target.rows(n)) for n in t_names]
         sig_g = [signature(n, golden.rows(n)) for n in g_names]
-        sig_t, sig_g = _on_common_roles(sig_t, sig_g)
+        if common is not None:
+            sig_t, sig_g = _on_roles(sig_t, common), _on_roles(sig_g, common)
         partner.update(zip(t_names, g_names) if sig_t == sig_g else _align(t_names, g_names, sig_t, sig_g))
     paired_golden = {g: t for t, g in partner.items()}
     pairs = []

@@ -34,6 +34,7 @@ class Dump:
     stacks: dict = field(default_factory=dict)     # record name -> frames
     parents: dict = field(default_factory=dict)    # record name -> parent record name
     _rows: dict = field(default_factory=dict, repr=False)
+    _roles: frozenset | None = field(default=None, repr=False)
 
     def rows(self, name: str) -> list:
         """The record flattened into rows, computed once (pairing, precision and judging all use them)."""
@@ -45,6 +46,21 @@ class Dump:
             except RowError as exc:
                 raise DumpError(f"{self.path}: record {name!r}: {exc}") from None
         return rows
+
+    def roles(self) -> frozenset:
+        """The parts (input, output) that the dump's call records hold: one only in a dump made with a
+        `data_mode` filter. Decided for the whole dump, not per record: a backward record without input
+        gradients in an unfiltered dump is a difference, not a filter's choice."""
+        if self._roles is None:
+            from .pair import split_name
+            found: set = set()
+            for name in self.records:
+                if split_name(name)[1] is not None:  # calls; parameter gradients hold outputs only
+                    found.update(row.role for row in self.rows(name))
+                    if len(found) == 2:
+                        break
+            self._roles = frozenset(found)
+        return self._roles
 
 
 def _load_json(path: str, what: str):
