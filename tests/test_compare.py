@@ -357,6 +357,30 @@ def test_an_argument_passed_by_one_run_only_is_named_as_a_setting(tmp_path):
                for p in s.pairs)
 
 
+def test_an_argument_passed_by_position_in_one_run_and_by_keyword_in_the_other_is_the_same(tmp_path):
+    """`h.softmax(-1)` against `h.softmax(dim=-1)`: two one-sided rows of the same value cancel (a review
+    found them named as a setting that differs, ahead of the real change)."""
+    tensor = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 3], "Max": 0.9, "Min": 0.1,
+              "Mean": 0.33, "Norm": 1.2, "requires_grad": False}
+
+    def dump(folder, args, kwargs):
+        os.makedirs(folder)
+        record = {"input_args": [tensor, *args], "input_kwargs": kwargs, "output": [tensor]}
+        with open(os.path.join(folder, "dump.json"), "w") as f:
+            json.dump({"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
+                       "data": {"Tensor.softmax.0.forward": record}}, f)
+        return folder
+
+    minus_one = {"type": "int", "value": -1}
+    s = run(dump(tmp_path / "t" / "rank", [minus_one], {}), dump(tmp_path / "g" / "rank", [], {"dim": minus_one}),
+            tmp_path / "out")
+    assert s.pairs[0]["counts"]["pass"] == 1 and s.pairs[0]["counts"]["warning"] == 0
+    zero = {"type": "int", "value": 0}
+    s = run(dump(tmp_path / "t2" / "rank", [minus_one], {}), dump(tmp_path / "g2" / "rank", [], {"dim": zero}),
+            tmp_path / "out2")
+    assert s.pairs[0]["counts"]["warning"] == 1
+
+
 class _Glued(torch.nn.Module):
     """Layers joined by code that no L0 record covers: a clamp between fc1 and fc2."""
 
@@ -442,6 +466,26 @@ def test_a_filtered_dump_pairs_with_an_unfiltered_golden(tmp_path, golden, selec
     assert counts["pass"] == len(load(target)["data"]) and pair["first_divergence"] is None
     parents, golden_parents = load(target, name="construct.json"), load(golden, name="construct.json")
     assert parents and all(golden_parents[name] == parent for name, parent in parents.items())
+
+
+def test_a_parameter_gradient_is_noise_only_against_the_gradients_it_was_computed_from(tmp_path):
+    """A Linear fed unnormalised features has a bias gradient far below its weight gradient: set against the
+    weight gradient, a real 1.5x difference in it (a wrong reduction) passed as noise (a review). It is set
+    against its module's backward inputs, the output gradients it sums."""
+    def train(path, bias_scale):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)).to(torch.bfloat16)
+        model[0].bias.register_hook(lambda g: g * bias_scale)
+        x = (torch.randn(16, 4) * 50).to(torch.bfloat16)
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
+        d.start(model=model)
+        model(x).float().pow(2).mean().backward()
+        d.stop()
+        d.step()
+        return path
+
+    s = run(train(tmp_path / "t", 1.5), train(tmp_path / "g", 1.0), tmp_path / "out")
+    assert s.pairs[0]["first_divergence"]["name"] == "Module.0.Linear.parameters_grad.0"
 
 
 def test_bf16_inputs_within_tolerance_and_an_output_three_times_as_far_is_a_warning():

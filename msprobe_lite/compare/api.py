@@ -213,6 +213,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     first_error = None    # the first error of any kind: said when no call introduced a divergence
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
     forward_out = 0.0     # the largest output difference of the forward calls judged so far
+    grad_sizes: dict = {} # module -> the largest magnitude of its backward records' inputs so far
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
         # a backward record's place in the code is its forward call's
@@ -223,10 +224,14 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         # whether its inputs differ more than earlier outputs explain: asked of module calls, whose parameters
         # are apart from their inputs (an API's weights are arguments, and differ after a step of drift)
         module = forward and pair.target.startswith(("Module.", "Cell."))
+        owner = params_grad_owner(pair.target) if pair.target else None
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
-                                           upstream, forward_out if module else None)
+                                           upstream, forward_out if module else None, grad_sizes.get(owner, 0.0))
         if forward and verdict.result != UNMATCHED:
             forward_out = max(forward_out, verdict.out_err)
+        elif pair.target and split_name(pair.target)[1] == "backward":  # parameter gradients come after it
+            base = split_name(pair.target)[0]
+            grad_sizes[base] = max(grad_sizes.get(base, 0.0), verdict.inputs_size)
         if pair.target:
             base, direction, index = split_name(pair.target)
             seen_err[(base, direction, index)] = verdict.in_err

@@ -64,6 +64,7 @@ class Verdict:
     reasons: list = field(default_factory=list)
     introduced: bool = False    # this call is where the runs part
     first_seen: bool = False    # its inputs differ more than any earlier call's outputs (see Judge.judge)
+    inputs_size: float = 0.0    # the largest golden magnitude of its floating-point tensor inputs
     in_err: float = 0.0
     out_err: float = 0.0
 
@@ -84,6 +85,23 @@ def _value(obj: dict):
     """What a non-tensor object holds: its value, a process group's ranks or a memory format's name (these
     two have no "value")."""
     return obj.get("value", obj.get("group_ranks", obj.get("format")))
+
+
+def _passed_by_one_run(t_only: list, g_only: list, arguments: list) -> bool:
+    """Says each scalar argument that only one run passes (in `arguments`); True when there is one. A value
+    that one run passes by position and the other by keyword (`softmax(-1)`, `softmax(dim=-1)`) is the
+    same setting under two names: such a pair cancels."""
+    left = list(g_only)
+    for suffix, row in t_only:
+        twin = next((g for g in left if g[1].obj.get("type") == row.obj.get("type")
+                     and _value(g[1].obj) == _value(row.obj)), None)
+        if twin is not None:
+            left.remove(twin)
+        else:
+            arguments.append(f"argument {suffix.lstrip('.')} differs: {_value(row.obj)!r} vs not passed")
+    arguments.extend(f"argument {suffix.lstrip('.')} differs: not passed vs {_value(row.obj)!r}"
+                     for suffix, row in left)
+    return len(t_only) != len(g_only) or bool(left)
 
 
 def _worse(a: str, b: str) -> str:
@@ -171,11 +189,12 @@ class Judge:
 
     # -- one record pair ---------------------------------------------------------------------------------
     def judge(self, pair, t_dump, g_dump, stack: str = "", inner_eps: float = 0.0, upstream: float = 0.0,
-              explained: float | None = None) -> tuple:
+              explained: float | None = None, grad_size: float = 0.0) -> tuple:
         """(rows, Verdict) for a Pair. `inner_eps`: the coarsest precision of the calls made inside this one
         (a module under autocast computes in bf16 between fp32 inputs and outputs). `upstream`: how much
         what this call also depends on already differs (a backward depends on its forward's inputs).
-        `explained` (forward calls): the largest output difference of the forward calls before this one."""
+        `explained` (forward calls): the largest output difference of the forward calls before this one.
+        `grad_size` (parameter gradients): the `inputs_size` of their module's backward records."""
         if pair.target is None or pair.golden is None:
             side, name, dump = ("target", pair.target, t_dump) if pair.golden is None else \
                 ("golden", pair.golden, g_dump)
@@ -202,6 +221,7 @@ class Judge:
         new_nonfinite = False
         arguments = []
         argument_err = 0.0   # the largest relative difference of a scalar argument (inf: not a number)
+        t_only, g_only = [], []  # (suffix, row) of scalar arguments that one run passes and the other not
         inputs_size = 0.0    # the largest golden magnitude of the floating-point tensor inputs
         outputs = []         # (index in errs[OUTPUT], target, golden) of tensor outputs, statistics mode
         data_err = 0.0       # the largest difference of the tensor inputs that are not the call's parameters
@@ -215,8 +235,8 @@ class Judge:
             if g_row is None and t_row.role not in g_roles:
                 problems = [NOT_DUMPED % "golden"]
             elif g_row is None and self._passed_on_one_side(t_row):
-                arguments.append(f"argument {suffix.lstrip('.')} differs: {_value(t_row.obj)!r} vs not passed")
-                argument_err, problems = math.inf, []
+                t_only.append((suffix, t_row))
+                problems = []
             if g_row is not None:
                 row["Bench Name"] = g_row.name
                 worst_eps = max(worst_eps, eps_of(t_row.dtype), eps_of(g_row.dtype))
@@ -249,30 +269,30 @@ class Judge:
                 if g_row.role not in t_roles:
                     problems = [NOT_DUMPED % "target"]
                 elif self._passed_on_one_side(g_row):
-                    arguments.append(f"argument {suffix.lstrip('.')} differs: not passed vs {_value(g_row.obj)!r}")
-                    argument_err, problems = math.inf, []
+                    g_only.append((suffix, g_row))
+                    problems = []
                 rows.append(row)
                 row_problems.append(problems)
         errs[INPUT].append(upstream)
+        one_sided = _passed_by_one_run(t_only, g_only, arguments)
         # A gradient smaller, in both runs, than the rounding of one value of the gradients it was computed
         # from (one that is zero in exact arithmetic: a convolution bias's before BatchNorm, attention's key
         # projection bias's) is noise, and against its own magnitude any two roundings of it differ wildly:
         # it is measured against the magnitude of those gradients instead. Backward records only: a forward
         # output that small is a product or a masked result as often as noise, and a scale set there is a
-        # change to be named. A module's parameter gradients (L0, mix) have no inputs in their record: each is
-        # measured so against the largest of them (a Linear's weight gradient, beside its key bias's).
+        # change to be named. A module's parameter gradients (L0, mix) are computed from its backward's inputs
+        # (the gradients of its outputs), which their record does not hold: `grad_size` is their magnitude.
         gradients = split_name(pair.target)[1] == "backward"
+        verdict.inputs_size = inputs_size
         if params_grad_owner(pair.target):
-            gradients = True
-            inputs_size = max((magnitude(g_obj) for _, _, g_obj in outputs
-                               if dtype_kind(g_obj.get("dtype") or "") == "float"), default=0.0)
+            gradients, inputs_size = True, grad_size
         tol = TOLERANCE_EPS * max(worst_eps, inner_eps)
         noise = tol * inputs_size
-        if noise > 0 and argument_err == 0 and gradients:
+        if noise > 0 and argument_err == 0 and not one_sided and gradients:
             for at, t_obj, g_obj in outputs:
                 if magnitude(g_obj) < noise and magnitude(t_obj) < noise and errs[OUTPUT][at] != math.inf:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
-        self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, argument_err)
+        self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, argument_err, one_sided)
         # Inputs that differ beyond what every earlier call's outputs explain: the runs parted before this call,
         # in code that no record covers (at L0, what runs between modules), in the input data, or in earlier
         # steps. Without it, an L0 compare of two runs that clearly differ read "9 pass, 0 error".
@@ -290,8 +310,8 @@ class Judge:
 
     def _passed_on_one_side(self, row) -> bool:
         """A scalar argument that one run passes and the other does not (`F.gelu(h, approximate="tanh")`
-        against `F.gelu(h)`): a setting that may differ from the default, judged like one that differs. Not
-        across frameworks, whose APIs pass different arguments for the same call."""
+        against `F.gelu(h)`): a setting that may differ from the default (see _passed_by_one_run). Not across
+        frameworks, whose APIs pass different arguments for the same call."""
         return row.role == INPUT and not row.is_tensor and self.tail is None and self.golden_tail is None
 
     @staticmethod
@@ -314,9 +334,10 @@ class Judge:
                 message, joined = "; ".join(verdict.reasons), len(verdict.reasons)
             row["Result"], row["Err_message"], row["NPU_Stack_Info"] = result, own or message, stack
 
-    def _decide(self, verdict, errs, extra, worst_eps, t_rows, new_nonfinite, argument_err=0.0) -> None:
+    def _decide(self, verdict, errs, extra, worst_eps, t_rows, new_nonfinite, argument_err=0.0,
+                one_sided=False) -> None:
         """`argument_err`: the largest relative difference of a scalar argument (0: none differs; inf: one
-        that is not a number, `approximate="tanh"`)."""
+        that is not a number, `approximate="tanh"`). `one_sided`: a scalar argument is passed by one run only."""
         tol = TOLERANCE_EPS * worst_eps if self.mode != "md5" else 0.0
         in_err = max(errs[INPUT], default=0.0)
         out_err = max(errs[OUTPUT], default=0.0)
@@ -330,13 +351,17 @@ class Judge:
         # a scalar argument that differs more than its tensors could make a computed one differ: a setting
         # (eps 1e-5 against 1e-3), not a value derived from drifted data (`x * (0.5 / x.max().item())`)
         set_differently = argument_err > max(AMPLIFICATION * in_err, tol)
+        # an argument passed by one run only may be the default written out: weaker evidence, so once the
+        # inputs drifted the output must also differ more than twice as much as they do
+        set_differently |= one_sided and out_err > AMPLIFICATION_OF_AGREEING * in_err + tol
         # inputs within the tolerance: an output beyond it and beyond ten times their difference. Inputs that
         # differ at all come from runs that parted earlier (weights updated differently in earlier steps), and
         # a matmul over such weights turns their 2e-7 into 5e-6 by rounding alone: then DRIFT_MARGIN too
         drifted = in_err > 0
         if in_err <= tol and out_err > tol + AMPLIFICATION * in_err and (not drifted or out_err > DRIFT_MARGIN * tol):
             verdict.introduced = True
-            agree = "tensor inputs agree but a scalar argument differs" if argument_err > 0 else "inputs agree"
+            agree = "tensor inputs agree but a scalar argument differs" if argument_err > 0 or one_sided \
+                else "inputs agree"
             verdict.raise_to(ERROR, f"introduced: outputs differ by {_fmt(out_err)} of their magnitude while "
                                     f"{agree} (inputs differ by {_fmt(in_err)}, tolerance {_fmt(tol)})")
         elif set_differently and beyond:  # inputs drifted (later steps), and this call is set up differently
