@@ -301,8 +301,8 @@ class Judge:
             verdict.first_seen = True
             verdict.raise_to(WARNING, f"inputs already differ by {_fmt(data_err)} of their magnitude, earlier calls' "
                                       f"outputs by at most {_fmt(explained)}: the runs parted before this call, in "
-                                      f"code that is not recorded (at L0, between modules), in the input data, or "
-                                      f"in earlier steps")
+                                      f"code that is not recorded (at L0, between modules), in the input data or "
+                                      f"in earlier steps, or such code amplified a smaller difference")
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
         self._finish_rows(rows, row_problems, verdict, stack)
