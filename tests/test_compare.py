@@ -579,6 +579,11 @@ def test_md5_mode(tmp_path):
     assert s.pairs[0]["first_divergence"]["name"] == "Functional.gelu.0.forward"
     rows = list(csv.DictReader(open(s.pairs[0]["result_file"])))
     assert "NPU MD5" in rows[0] and rows[0]["NPU MD5"] == rows[0]["BENCH MD5"]
+    # every row whose checksum differs is an error, not only the call's that made the difference: the rows
+    # after the changed call passed (their inputs differed too), and a run fed other data read "0 error"
+    assert all(r["Result"] == ("error" if r["NPU MD5"] != r["BENCH MD5"] else r["Result"]) for r in rows)
+    assert sum(r["NPU MD5"] != r["BENCH MD5"] for r in rows) > 10
+    assert "the outputs' md5 differ while the inputs' are equal" in s.pairs[0]["first_divergence"]["reason"]
 
 
 def test_tensor_mode_metrics_match_numpy(tmp_path):

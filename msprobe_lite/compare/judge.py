@@ -41,6 +41,8 @@ DRIFT_MARGIN = 4         # inputs within the tolerance but not equal: an output 
 # a row of a part (inputs, outputs) that the other dump holds for no call: left out by data_mode
 NOT_DUMPED = "not dumped in %s (it holds no call's rows of this kind: a data_mode filter)"
 
+MD5_DIFFERS = "md5 differs"
+
 HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape"]
 TAIL = ["Result", "Err_message", "NPU_Stack_Info"]
 COLUMNS = {
@@ -162,8 +164,9 @@ class Judge:
             out["NPU MD5"], out["BENCH MD5"] = t.get("md5"), g.get("md5")
             if t.get("md5") is None or g.get("md5") is None:
                 problems.append("md5 missing on one side")
-            elif t.get("md5") != g.get("md5"):
+            elif t.get("md5") != g.get("md5"):  # different bytes: an error, whatever the call's inputs
                 err = math.inf
+                problems.append(MD5_DIFFERS)
         else:
             err = self._tensor_row(out, t, g, t_dump, g_dump, problems)
         return out, err, problems
@@ -323,7 +326,8 @@ class Judge:
         for row, problems in zip(rows, row_problems):
             result, own = verdict.result, None
             for p in problems:
-                severity = ERROR if p.startswith(("shape", "dtype", "target output has NaN", "tensor files")) \
+                severity = ERROR if p.startswith(("shape", "dtype", "target output has NaN", "tensor files",
+                                                  MD5_DIFFERS)) \
                     else UNMATCHED if p.startswith(("row only", "not dumped")) else WARNING
                 result = _worse(result, severity)
                 if p.startswith("not dumped"):  # a filter's choice: the row's own result, not the call's
@@ -358,7 +362,11 @@ class Judge:
         # differ at all come from runs that parted earlier (weights updated differently in earlier steps), and
         # a matmul over such weights turns their 2e-7 into 5e-6 by rounding alone: then DRIFT_MARGIN too
         drifted = in_err > 0
-        if in_err <= tol and out_err > tol + AMPLIFICATION * in_err and (not drifted or out_err > DRIFT_MARGIN * tol):
+        if self.mode == "md5":  # bytes, not magnitudes: outputs that differ from inputs that do not
+            if in_err == 0 and out_err > 0:
+                verdict.introduced = True
+                verdict.raise_to(ERROR, "introduced: the outputs' md5 differ while the inputs' are equal")
+        elif in_err <= tol and out_err > tol + AMPLIFICATION * in_err and (not drifted or out_err > DRIFT_MARGIN * tol):
             verdict.introduced = True
             agree = "tensor inputs agree but a scalar argument differs" if argument_err > 0 or one_sided \
                 else "inputs agree"
