@@ -92,7 +92,8 @@ def test_metrics_edge_cases():
     assert nan_both["nonfinite"] == 0 and nan_both["One Thousandth Err Ratio"] == 1.0
     inf_one = tensor_metrics(np.array([np.inf, 1.0]), np.array([5.0, 1.0]), 1e-7)
     assert inf_one["nonfinite"] == 1
-    assert "size-1" in tensor_metrics(np.ones(1), np.ones(1), 1e-7)["note"]
+    assert "size-1" in tensor_metrics(np.ones(1), np.full(1, 2.0), 1e-7)["note"]
+    assert tensor_metrics(np.ones(1), np.ones(1), 1e-7)["note"] == ""  # a loss equal to itself: no warning
     empty = tensor_metrics(np.zeros(0), np.zeros(0), 1e-7)
     assert empty["EucDist"] == 0 and empty["Cosine"] == 1.0
     same = {"Max": 1.0, "Min": -1.0, "Mean": 0.0, "Norm": 2.0, "shape": [4]}
@@ -584,6 +585,29 @@ def test_md5_mode(tmp_path):
     assert all(r["Result"] == ("error" if r["NPU MD5"] != r["BENCH MD5"] else r["Result"]) for r in rows)
     assert sum(r["NPU MD5"] != r["BENCH MD5"] for r in rows) > 10
     assert "the outputs' md5 differ while the inputs' are equal" in s.pairs[0]["first_divergence"]["reason"]
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_tensor_mode_bf16_against_fp32_names_no_call(tmp_path, level):
+    """Tensor mode's "fewer than 10% of output elements within 0.1% while inputs agree" took a record without
+    tensor inputs (parameter gradients) for one whose inputs agree, and asked bf16 for 0.1%: every
+    parameter gradient of a bf16 run was named (a new-user trial). A dump compared with itself is all pass."""
+    def train(path, dtype):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(dtype)
+        x = torch.randn(6, 8).to(dtype)
+        d = PrecisionDebugger(dump_path=str(path), task="tensor", level=level)
+        d.start(model=model)
+        model(x).float().pow(2).mean().backward()
+        d.stop()
+        d.step()
+        return path
+
+    golden = train(tmp_path / "fp32", torch.float32)
+    (pair,) = run(train(tmp_path / "bf16", torch.bfloat16), golden, tmp_path / "out").pairs
+    assert pair["first_divergence"] is None and pair["counts"]["error"] == 0, pair
+    (pair,) = run(golden, golden, tmp_path / "self").pairs
+    assert pair["counts"]["warning"] == pair["counts"]["error"] == 0, pair
 
 
 def test_tensor_mode_metrics_match_numpy(tmp_path):

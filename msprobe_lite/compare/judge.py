@@ -385,7 +385,10 @@ class Judge:
             verdict.raise_to(WARNING, f"amplified: outputs differ by {_fmt(out_err)} of their magnitude, inputs by "
                                       f"{_fmt(in_err)}")
         th_in, th_out = extra[INPUT].get("thousandth"), extra[OUTPUT].get("thousandth")
-        if th_out and min(th_out) < 0.1 and (not th_in or min(th_in) > 0.9):
+        # tensor mode: few output elements within 0.1% of the golden's. Only where 0.1% is beyond the rounding
+        # of the dtypes involved (not bf16 or fp16), and where the inputs are known to agree: a record without
+        # tensor inputs (parameter gradients) has its upstream difference in `in_err`
+        if th_out and min(th_out) < 0.1 and tol < 1e-3 and in_err <= tol and (not th_in or min(th_in) > 0.9):
             verdict.introduced = True
             verdict.raise_to(ERROR, "fewer than 10% of output elements within 0.1% while inputs agree")
         cos_in, cos_out = extra[INPUT].get("cosine"), extra[OUTPUT].get("cosine")

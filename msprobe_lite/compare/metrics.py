@@ -197,7 +197,7 @@ def tensor_metrics(t, g, eps: float) -> dict:
         cosine, note = math.nan, "one side is all zeros: cosine undefined"
     else:
         cosine, note = dot / math.sqrt(tt * gg), ""
-    if n == 1:
+    if n == 1 and sq > 0:  # said only where it matters: equal single values (a loss) are no warning
         note = "size-1 tensor: cosine not meaningful"
     return {"Cosine": cosine, "EucDist": math.sqrt(sq), "MaxAbsErr": max_abs, "MaxRelativeErr": max_rel,
             "One Thousandth Err Ratio": within1 / n if n else 1.0,
