@@ -304,6 +304,11 @@ class DebuggerConfig(_Strict):
                                  "give the folder it points to, or another path")
         if os.path.exists(path) and not os.path.isdir(path):
             raise _invalid(path, "a folder path, but this is an existing file")
+        above = os.path.dirname(os.path.abspath(path))
+        while not os.path.lexists(above) and os.path.dirname(above) != above:
+            above = os.path.dirname(above)
+        if os.path.lexists(above) and not os.path.isdir(above):  # no folder can ever be made below a file
+            raise _invalid(path, f"a folder path, but {above!r} on the way to it is a file")
         return path
 
     @model_validator(mode="after")

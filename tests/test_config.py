@@ -114,6 +114,11 @@ def test_dump_path_that_is_a_file_is_an_error(tmp_path):
     assert f"dump_path: got {str(existing)!r}; expected a folder path" in str(
         error_of(tmp_path, {"dump_path": str(existing)}))
     assert load_config(write(tmp_path, {"dump_path": str(tmp_path)})).dump_path == str(tmp_path)
+    # below a file no folder can be made: refused here, not an internal failure at the first step's write
+    below = existing / "sub" / "dir"
+    assert f"expected a folder path, but {str(existing)!r} on the way to it is a file" in str(
+        error_of(tmp_path, {"dump_path": str(below)}))
+    assert load_config(write(tmp_path, {"dump_path": str(tmp_path / "new" / "deeper")})).dump_path
 
 
 def test_problem_fields(tmp_path):

@@ -51,6 +51,18 @@ def report_failure(where: str, exc: BaseException, site: str | None = None) -> N
                   where, type(exc).__name__, exc, detail)
 
 
+def report_unwritable(where: str, exc: OSError) -> None:
+    """A dump file or folder the file system refuses (a path below a file, a lost permission, a full disk):
+    the user's environment, not a debugger bug, so said plainly, without a traceback, once per kind."""
+    key = ("unwritable", type(exc).__name__, getattr(exc, "errno", None))
+    count = _seen.get(key, 0)
+    _seen[key] = count + 1
+    if count == 0:
+        log.error("cannot write %s: %s -- check dump_path and the free space there; training continues, and "
+                  "each later stop()/step() tries again. Further failures of this kind are not printed.",
+                  where, exc)
+
+
 def guarded(where: str, default=None):
     """Decorator: run the function, and on any Exception report it and return `default`."""
     def wrap(fn):

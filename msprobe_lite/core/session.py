@@ -17,7 +17,7 @@ import weakref
 from . import writer
 from .filters import RecordFilter, matches_fragment
 from .records import Record, summaries_in
-from .safety import log, report_failure
+from .safety import log, report_failure, report_unwritable
 from .stacks import StackCollector
 
 
@@ -218,6 +218,8 @@ class Session:
                 self.files.wait()
                 self.prepared.written(folder)
                 self.dirty = False
+            except OSError as exc:  # the file system's refusal: the user's to fix, said without a traceback
+                report_unwritable(self.folder(), exc)
             except Exception as exc:  # noqa: BLE001 - a failed write must not stop training
                 # one report for the run (a full disk fails every later step too); the step stays dirty,
                 # so the next stop()/step() of this step tries again, and the previous file stays whole

@@ -399,7 +399,7 @@ class FileQueue:
                 self._changed.wait()
 
     def _run(self) -> None:
-        from .safety import report_failure
+        from .safety import report_failure, report_unwritable
 
         while True:
             with self._changed:
@@ -413,7 +413,7 @@ class FileQueue:
                 # the first (a missing file to link): the first one is the report
                 if not self._os_failed:
                     self._os_failed = True
-                    report_failure(where, exc, site="tensor file writer")
+                    report_unwritable(where, exc)
             except Exception as exc:  # noqa: BLE001 - a lost file is reported; training goes on
                 report_failure(where, exc, site="tensor file writer")
             finally:
