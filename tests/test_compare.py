@@ -358,6 +358,29 @@ def test_an_argument_passed_by_one_run_only_is_named_as_a_setting(tmp_path):
                for p in s.pairs)
 
 
+def test_steps_and_ranks_of_one_side_only_are_said_and_lone_ranks_pair(tmp_path, capsys):
+    """A step or rank that only one side dumped was dropped without a word; a single-process `rank/` against
+    a lone `rank1/` paired at a step folder but was refused at the root, showing Python tuples (a trial)."""
+    target = _train_gelu_mlp(tmp_path / "three")
+    golden = tmp_path / "two"
+    shutil.copytree(target, golden)
+    shutil.rmtree(golden / "step2")
+    s = compare(str(target), str(golden), str(tmp_path / "out"))
+    assert [p["step"] for p in s.pairs] == [0, 1]
+    assert s.not_compared == {"target": [{"step": 2, "rank": None}], "golden": []}
+    assert "only in target, not compared: step 2" in capsys.readouterr().out
+    with open(tmp_path / "out" / "summary.json") as f:
+        assert json.load(f)["not_compared"]["target"] == [{"step": 2, "rank": None}]
+    for step in ("step0", "step1"):
+        os.rename(golden / step / "rank", golden / step / "rank1")
+    s = run(target, golden, tmp_path / "out2")
+    assert [p["step"] for p in s.pairs] == [0, 1] and all(p["counts"]["pass"] > 0 for p in s.pairs)
+    later = tmp_path / "later"
+    shutil.copytree(target / "step0", later / "step5")
+    with pytest.raises(CompareError, match=r"in common between .*\(step 0, step 1, step 2\) and .*\(step 5\)"):
+        run(target, later, tmp_path / "out3")
+
+
 def test_an_argument_passed_by_position_in_one_run_and_by_keyword_in_the_other_is_the_same(tmp_path):
     """`h.softmax(-1)` against `h.softmax(dim=-1)`: two one-sided rows of the same value cancel (a review
     found them named as a setting that differs, ahead of the real change)."""

@@ -16,7 +16,7 @@ from .frameworks import translations
 from .judge import ERROR, PASS, UNMATCHED, WARNING, Judge, record_eps
 from .metrics import eps_of
 from .pair import pair_records, split_name
-from .read import DumpError, load_dump, pair_inputs
+from .read import DumpError, load_dump, pair_inputs, place
 from .rows import params_grad_owner
 
 
@@ -32,9 +32,11 @@ class Summary:
     mode: str
     pairs: list = field(default_factory=list)
     files: list = field(default_factory=list)
+    # (step, rank) dumped by one side only, not compared: {"target": [{"step", "rank"}], "golden": [...]}
+    not_compared: dict = field(default_factory=lambda: {"target": [], "golden": []})
 
     def to_json(self) -> dict:
-        return {"mode": self.mode, "pairs": self.pairs}
+        return {"mode": self.mode, "pairs": self.pairs, "not_compared": self.not_compared}
 
 
 def _mode(target, golden) -> str:
@@ -318,7 +320,7 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
     output_dir = output_dir or "compare_output"
     rename = _load_mapping(mapping)
     try:
-        inputs = pair_inputs(target, golden)
+        inputs, left = pair_inputs(target, golden)
     except DumpError as exc:
         raise CompareError(str(exc)) from None
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
@@ -334,6 +336,10 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
         details.append(detail)
         if not quiet:
             print(report.console_line(pair))
+    summary.not_compared = {side: [{"step": s, "rank": r} for s, r in places] for side, places in left.items()}
+    for side, places in left.items():
+        if places and not quiet:  # a step or rank of one side only: said, never dropped without a word
+            print(f"only in {side}, not compared: {', '.join(place(s, r) for s, r in places)}")
     write_atomic(os.path.join(output_dir, "summary.json"), json.dumps(summary.to_json(), indent=1))
     summary.files.append(os.path.join(output_dir, "summary.json"))
     if html:

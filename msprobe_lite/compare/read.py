@@ -197,14 +197,45 @@ def resolve(path: str) -> list:
                     f"holding one, a step<N> folder, or a dump root with step<N> folders")
 
 
-def pair_inputs(target: str, golden: str) -> list:
-    """[(step, rank, target dump.json, golden dump.json)], paired by step and rank number, not position."""
+def pair_inputs(target: str, golden: str) -> tuple:
+    """([(step, rank, target dump.json, golden dump.json)], {"target": [...], "golden": [...]}): dumps paired by
+    step and rank number, not position, and the (step, rank) of each side that has no partner. A step that
+    each side dumped from one process only pairs whatever the rank folders are called (`rank/` of a
+    single-process run against `rank1/` of a distributed one)."""
     t, g = _number_procs(resolve(target)), _number_procs(resolve(golden))
     if len(t) == 1 and len(g) == 1:
-        return [(t[0][0], t[0][1], t[0][2], g[0][2])]
+        return [(t[0][0], t[0][1], t[0][2], g[0][2])], {"target": [], "golden": []}
     golden_by_key = {(s, r): p for s, r, p in g}
-    pairs = [(s, r, p, golden_by_key[(s, r)]) for s, r, p in t if (s, r) in golden_by_key]
+    alone_t, alone_g = _sole_ranks(t), _sole_ranks(g)
+    pairs, paired = [], set()
+    for s, r, p in t:
+        key = (s, r) if (s, r) in golden_by_key else \
+            (s, alone_g[s]) if s in alone_t and s in alone_g else None  # one process each: pair by step
+        if key is not None:
+            pairs.append((s, r, p, golden_by_key[key]))
+            paired.add(key)
     if not pairs:
-        raise DumpError(f"no step/rank in common between {target} ({sorted((s, r) for s, r, _ in t)}) "
-                        f"and {golden} ({sorted((s, r) for s, r, _ in g)})")
-    return pairs
+        raise DumpError(f"no step and rank in common between {target} ({_places(t)}) and {golden} ({_places(g)}): "
+                        f"point both at the steps or rank folders to compare")
+    left = {"target": [(s, r) for s, r, _ in t if not any(q[:2] == (s, r) for q in pairs)],
+            "golden": [(s, r) for s, r, _ in g if (s, r) not in paired]}
+    return pairs, left
+
+
+def _sole_ranks(found: list) -> dict:
+    """step -> its rank, for the steps dumped by one process only."""
+    ranks: dict = {}
+    for s, r, _ in found:
+        ranks.setdefault(s, []).append(r)
+    return {s: rs[0] for s, rs in ranks.items() if len(rs) == 1}
+
+
+def place(step, rank) -> str:
+    """`step 2 rank 1`, `step 2` (a single-process run), `rank 1` (no step folder)."""
+    return " ".join(part for part in (f"step {step}" if step is not None else "",
+                                      f"rank {rank}" if rank is not None else "") if part) or "the dump"
+
+
+def _places(found: list) -> str:
+    return ", ".join(place(s, r) for s, r, _ in sorted(found, key=lambda i: (i[0] if i[0] is not None else -1,
+                                                                              i[1] if i[1] is not None else -1)))
