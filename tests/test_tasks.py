@@ -205,6 +205,23 @@ class Overflowing(nn.Module):
         return (h + r).sum()
 
 
+def test_overflow_check_leaves_nothing_for_steps_without_an_overflow(tmp_path):
+    """Steps with no overflow got a folder with an empty dump.json and a stack.json of every call, and the
+    overflowing step's stack.json and construct.json listed calls that are not in its dump (a trial)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    x = torch.randn(2, 4)
+    d = debugger(tmp_path, task="overflow_check", level="mix")
+    for scale in (1.0, 1.0, 1e30):
+        once(d, lambda: (torch.exp(model(x) * scale) + 1).sum().backward(), model)
+    assert sorted(os.listdir(tmp_path / "dump")) == ["step2"]
+    dump = data(tmp_path / "dump", step=2)
+    assert list(dump) == ["Torch.exp.0.forward"]
+    stacks = load(tmp_path / "dump", step=2, name="stack.json")
+    assert [names for names, _ in stacks.values()] == [["Torch.exp.0.forward"]]
+    assert list(load(tmp_path / "dump", step=2, name="construct.json")) == ["Torch.exp.0.forward"]
+
+
 @pytest.mark.parametrize("limit,expected", [(1, 1), (-1, None)])
 def test_overflow_check_writes_only_overflowing_calls(tmp_path, capsys, limit, expected):
     torch.manual_seed(0)

@@ -210,11 +210,17 @@ class Session:
                 if self.resolver is not None:
                     self.resolver()
                 records = self._records_to_write()
+                overflow = self.config.task == "overflow_check"
+                if overflow and not records:  # no overflow in this step: no folder (the step's end removes it)
+                    self.dirty = False
+                    return
                 data_file, extra = self._layout()
                 construct = self.construct if extra else None  # empty at L1: no module hierarchy
+                if construct and overflow:
+                    construct = {name: self.construct.get(name) for name in (r.name for r in records)}
+                stacks = self.stacks.to_json({r.name for r in records} if overflow else None) if extra else None
                 folder = self.folder()
-                writer.write_step(folder, self.header(), records, self.stacks.to_json() if extra else None,
-                                  construct, data_file, self.prepared.take)
+                writer.write_step(folder, self.header(), records, stacks, construct, data_file, self.prepared.take)
                 self.files.wait()
                 self.prepared.written(folder)
                 self.dirty = False

@@ -164,9 +164,12 @@ class StackCollector:
                 return frames
         return []
 
-    def to_json(self) -> dict:
-        """{index: [names, frames]} of the stacks that name a record this step, in the order of their first."""
-        return {str(i): entry for i, entry in enumerate(self._touched)}
+    def to_json(self, only=None) -> dict:
+        """{index: [names, frames]} of the stacks that name a record this step, in the order of their first;
+        with `only` (a set of record names), of those records alone (overflow_check writes few of them)."""
+        entries = self._touched if only is None else \
+            [[kept, frames] for names, frames in self._touched if (kept := [n for n in names if n in only])]
+        return {str(i): entry for i, entry in enumerate(entries)}
 
     def __len__(self) -> int:
         return len(self._touched)
