@@ -358,6 +358,34 @@ def test_an_argument_passed_by_one_run_only_is_named_as_a_setting(tmp_path):
                for p in s.pairs)
 
 
+def test_a_name_mapping_pairs_renamed_modules_and_says_a_fragment_that_matches_nothing(tmp_path, capsys):
+    """`-dm MAPPING.yaml`: target name fragments to golden ones. A fragment that matched no record name (a typo)
+    renamed nothing without a word (a trial)."""
+    def dump(path, name):
+        torch.manual_seed(0)
+        model = nn.Sequential()
+        model.add_module(name, nn.Linear(4, 4))
+        model.add_module("head", nn.Linear(4, 2))
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
+        d.start(model=model)
+        model(torch.ones(3, 4)).sum().backward()
+        d.stop()
+        d.step()
+        return path
+
+    target, golden = dump(tmp_path / "t", "encoder_v2"), dump(tmp_path / "g", "encoder")
+    assert run(target, golden, tmp_path / "plain").pairs[0]["counts"]["unmatched_target"] > 0
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text("Module.encoder_v2: Module.encoder\n")
+    (pair,) = compare(str(target), str(golden), str(tmp_path / "mapped"), mapping=str(mapping)).pairs
+    assert pair["counts"]["unmatched_target"] == pair["counts"]["unmatched_golden"] == 0 and pair["counts"]["pass"]
+    assert pair["mapping_unused"] == [] and "matched no record name" not in capsys.readouterr().out
+    mapping.write_text("Module.encodr_v2: Module.encoder\n")
+    (pair,) = compare(str(target), str(golden), str(tmp_path / "typo"), mapping=str(mapping)).pairs
+    assert pair["mapping_unused"] == ["Module.encodr_v2"]
+    assert "mapping: 'Module.encodr_v2' matched no record name of the target" in capsys.readouterr().out
+
+
 def test_steps_and_ranks_of_one_side_only_are_said_and_lone_ranks_pair(tmp_path, capsys):
     """A step or rank that only one side dumped was dropped without a word; a single-process `rank/` against
     a lone `rank1/` paired at a step folder but was refused at the root, showing Python tuples (a trial)."""

@@ -69,6 +69,7 @@ def _load_mapping(path):
             if old in name:
                 name = name.replace(old, new)
         return name
+    rename.fragments = [old for old, _ in items]  # to say which match no record (a typo maps nothing)
     return rename
 
 
@@ -281,7 +282,9 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         except RuntimeError as exc:
             raise CompareError(str(exc)) from None
         files.append(xlsx_path)
+    unused = [f for f in getattr(rename, "fragments", ()) if not any(f in name for name in target.records)]
     summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
+                    "mapping_unused": unused,
                     "counts": counts, "first_divergence": first, "first_only_in_target": extra,
                     "first_error": first_error, "first_seen": first_seen, "note": note,
                     "result_file": csv_path}
@@ -336,6 +339,10 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
         details.append(detail)
         if not quiet:
             print(report.console_line(pair))
+    unused = set.intersection(*(set(p["mapping_unused"]) for p in summary.pairs))
+    if unused and not quiet:
+        print(f"mapping: {', '.join(repr(f) for f in sorted(unused))} matched no record name of the target "
+              f"(expected fragments of its names, such as 'Module.encoder_v2'): nothing was renamed by them")
     summary.not_compared = {side: [{"step": s, "rank": r} for s, r in places] for side, places in left.items()}
     for side, places in left.items():
         if places and not quiet:  # a step or rank of one side only: said, never dropped without a word
