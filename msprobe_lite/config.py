@@ -410,8 +410,18 @@ def _read_json(path: Path) -> Dict[str, Any]:
         raise fail("config_path", str(path), "the path of an existing file (not found)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise fail("config_path", str(path), f"a readable UTF-8 text file ({type(exc).__name__}: {exc})") from None
+    repeated: dict = {}  # key -> every value given to it, where one object names it twice
+
+    def no_repeats(pairs: list) -> dict:  # json keeps the last of a repeated key: an edit that did nothing
+        seen: dict = {}
+        for key, value in pairs:
+            if key in seen:
+                repeated.setdefault(key, [seen[key]]).append(value)
+            seen[key] = value
+        return seen
+
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=no_repeats)
     except json.JSONDecodeError as exc:
         lines = text.splitlines()
         line = lines[exc.lineno - 1].strip() if exc.lineno <= len(lines) else ""
@@ -420,6 +430,10 @@ def _read_json(path: Path) -> Dict[str, Any]:
         raise fail("config_path", str(path), "JSON nested a few hundred levels deep at most") from None
     if not isinstance(data, dict):
         raise fail("(top level)", data, 'a JSON object such as {"task": "statistics"}')
+    if repeated:
+        raise ConfigError([Problem(key, values, "the key once in its object (JSON keeps only the last value, "
+                                                "and the others would be ignored)")
+                           for key, values in repeated.items()], str(path))
     return data
 
 

@@ -109,6 +109,15 @@ def test_async_dump_is_fine_with_a_tensor_list_or_another_task(tmp_path):
     assert load_config(write(tmp_path, {"task": "statistics", "async_dump": True}))
 
 
+def test_a_key_given_twice_is_an_error(tmp_path):
+    """JSON keeps the last value of a repeated key: an edit of the first one would do nothing, silently."""
+    path = tmp_path / "twice.json"
+    path.write_text('{"task": "statistics", "step": [0], "statistics": {"list": ["a"], "list": ["b"]}, "step": [1]}')
+    text = str(pytest.raises(ConfigError, load_config, path).value)
+    assert "step: got [[0], [1]]; expected the key once in its object" in text
+    assert "list: got [['a'], ['b']]" in text
+
+
 def test_dump_path_that_is_a_file_is_an_error(tmp_path):
     existing = write(tmp_path, "x", name="a_file")
     assert f"dump_path: got {str(existing)!r}; expected a folder path" in str(
