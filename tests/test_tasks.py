@@ -174,6 +174,17 @@ def test_save_in_tensor_task_writes_files(tmp_path):
     assert files == ["v.0.debug.0.pt", "v.0.debug.1.pt"]
 
 
+def test_save_before_start_is_said_once(tmp_path, capsys):
+    """save() records from start() until step(); one made before start() was dropped without a word."""
+    d = debugger(tmp_path, level="debug")
+    for _ in range(2):
+        d.save(torch.ones(1), "early")
+    once(d, lambda: d.save(torch.ones(1), "x"))
+    err = capsys.readouterr().err
+    assert err.count("save('early') outside start() ... step(): not recorded") == 1
+    assert set(load(tmp_path / "dump", name="debug.json")["data"]) == {"x.0.debug"}
+
+
 def test_save_at_other_levels_warns(tmp_path, capsys):
     d = debugger(tmp_path, level="L1")
     once(d, lambda: d.save(torch.ones(1), "x"))

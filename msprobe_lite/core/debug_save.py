@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .naming import debug_record
 from .records import Record
-from .safety import report_failure
+from .safety import log, report_failure
 
 
 def _grad_slots(value, holder, key, path, slots, framework) -> None:
@@ -36,10 +36,15 @@ class DebugSaver:
         self.session = session
         self.summarizer = summarizer
         self.recorder = recorder   # owns the per-step gradient hook handles
+        self._said_outside = False  # a save() outside start() ... step() was said
 
     def save(self, variable, name: str, save_backward: bool = True) -> None:
         session = self.session
         if not session.step_open:
+            if session.step_selected() and not session.finished and not self._said_outside:
+                self._said_outside = True  # (a step that is not dumped stays quiet)
+                log.warning("save(%r) outside start() ... step(): not recorded; save() records from start() "
+                            "until step() (said once)", name)
             return
         k = session.next_index(("debug", name))
         record_name = debug_record(name, k)
