@@ -164,6 +164,11 @@ def test_save_at_debug_level_with_gradients(tmp_path):
     assert_stats(dump["h_grad.0.debug"], kept["h"].grad)
     assert_stats(dump["nested_grad.0.debug"]["pair"][0], kept["h"].grad)
     assert dump["nested_grad.0.debug"]["pair"][1] is None
+    # compare finds debug.json in a rank folder, a step folder and the dump root, as it does dump.json
+    from msprobe_lite.compare.api import compare
+    for where in (folder, folder.parent, tmp_path / "dump"):
+        (pair,) = compare(str(where), str(where), str(tmp_path / "cmp"), quiet=True, html=False).pairs
+        assert pair["counts"]["pass"] == 4, where
 
 
 def test_save_in_tensor_task_writes_files(tmp_path):

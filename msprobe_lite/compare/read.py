@@ -163,12 +163,21 @@ def _step_number(path: str):
     return int(m.group(1)) if m else None
 
 
+DATA_FILES = ("dump.json", "debug.json")  # a rank folder's data file: debug.json at level debug
+
+
+def _data_file(folder: str):
+    """The data file in a rank folder, or None."""
+    return next((os.path.join(folder, name) for name in DATA_FILES if os.path.isfile(os.path.join(folder, name))),
+                None)
+
+
 def _rank_dirs(step_dir: str) -> list:
     try:
         names = os.listdir(step_dir)
     except FileNotFoundError:  # a step folder of a run still going, removed meanwhile (nothing recorded)
         return []
-    return sorted(d for d in names if _RANK.match(d) and os.path.isfile(os.path.join(step_dir, d, "dump.json")))
+    return sorted(d for d in names if _RANK.match(d) and _data_file(os.path.join(step_dir, d)))
 
 
 def resolve(path: str) -> list:
@@ -179,22 +188,23 @@ def resolve(path: str) -> list:
         folder = os.path.dirname(os.path.abspath(path))
         return [(_step_number(os.path.dirname(folder)), _rank_number(os.path.basename(folder)), path)]
     base = os.path.basename(os.path.normpath(path))
-    if os.path.isfile(os.path.join(path, "dump.json")):
-        return [(_step_number(os.path.dirname(os.path.abspath(path))), _rank_number(base),
-                 os.path.join(path, "dump.json"))]
+    here = _data_file(path)
+    if here:
+        return [(_step_number(os.path.dirname(os.path.abspath(path))), _rank_number(base), here)]
     steps = sorted((d for d in os.listdir(path) if _STEP.match(d)), key=lambda d: int(d[4:]))
     if _rank_dirs(path):
         step = _step_number(path)
-        return [(step, _rank_number(d), os.path.join(path, d, "dump.json")) for d in _rank_dirs(path)]
+        return [(step, _rank_number(d), _data_file(os.path.join(path, d))) for d in _rank_dirs(path)]
     if steps:
         out = []
         for s in steps:
-            out += [(int(s[4:]), _rank_number(d), os.path.join(path, s, d, "dump.json"))
+            out += [(int(s[4:]), _rank_number(d), _data_file(os.path.join(path, s, d)))
                     for d in _rank_dirs(os.path.join(path, s))]
         if out:
             return out
-    raise DumpError(f"{path}: no dump found: expected a dump.json, a rank folder (rank, rank<R>, proc<pid>) "
-                    f"holding one, a step<N> folder, or a dump root with step<N> folders")
+    raise DumpError(f"{path}: no dump found: expected a dump.json (debug.json at level debug), a rank folder "
+                    f"(rank, rank<R>, proc<pid>) holding one, a step<N> folder, or a dump root with step<N> "
+                    f"folders")
 
 
 def pair_inputs(target: str, golden: str) -> tuple:
