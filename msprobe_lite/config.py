@@ -92,7 +92,7 @@ def _invalid(value: Any, expected: str, path: str = "") -> ConfigError:
 # ---------------------------------------------------------------------------------------------- IndexSet
 
 _INDEX_RE = re.compile(r"\s*([0-9]{1,18})\s*(?:-\s*([0-9]{1,18})\s*)?")
-_INDEX_EXPECTED = 'a non-negative integer, or a string "a" or "a-b" with a <= b'
+_INDEX_EXPECTED = 'a non-negative integer, or a string "a" or "a-b" with a <= b (numbers of up to 18 digits)'
 
 
 def _span(item: Any) -> Optional[Tuple[int, int]]:
