@@ -410,14 +410,16 @@ def _read_json(path: Path) -> Dict[str, Any]:
         raise fail("config_path", str(path), "the path of an existing file (not found)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise fail("config_path", str(path), f"a readable UTF-8 text file ({type(exc).__name__}: {exc})") from None
-    repeated: dict = {}  # key -> every value given to it, where one object names it twice
+    repeated: list = []  # (the object, key, every value given to it) where an object names a key twice
 
     def no_repeats(pairs: list) -> dict:  # json keeps the last of a repeated key: an edit that did nothing
         seen: dict = {}
+        twice: dict = {}
         for key, value in pairs:
             if key in seen:
-                repeated.setdefault(key, [seen[key]]).append(value)
+                twice.setdefault(key, [seen[key]]).append(value)
             seen[key] = value
+        repeated.extend((seen, key, values) for key, values in twice.items())
         return seen
 
     try:
@@ -431,10 +433,25 @@ def _read_json(path: Path) -> Dict[str, Any]:
     if not isinstance(data, dict):
         raise fail("(top level)", data, 'a JSON object such as {"task": "statistics"}')
     if repeated:
-        raise ConfigError([Problem(key, values, "the key once in its object (JSON keeps only the last value, "
-                                                "and the others would be ignored)")
-                           for key, values in repeated.items()], str(path))
+        where = _object_paths(data)
+        raise ConfigError([Problem(where.get(id(obj), "") + key, values, "the key once in its object (JSON keeps "
+                                                                         "only the last value, and the others would "
+                                                                         "be ignored)")
+                           for obj, key, values in repeated], str(path))
     return data
+
+
+def _object_paths(value, prefix: str = "", found: dict | None = None) -> dict:
+    """id(object) -> the path its keys are written under (`statistics.`), for the objects of a JSON value."""
+    found = {} if found is None else found
+    if isinstance(value, dict):
+        found[id(value)] = prefix
+        for key, item in value.items():
+            _object_paths(item, f"{prefix}{key}.", found)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _object_paths(item, f"{prefix[:-1]}[{i}].", found)
+    return found
 
 
 def load_config(config_path: Union[str, os.PathLike, None] = None, *, task: Optional[str] = None,

@@ -403,10 +403,32 @@ def test_steps_and_ranks_of_one_side_only_are_said_and_lone_ranks_pair(tmp_path,
         os.rename(golden / step / "rank", golden / step / "rank1")
     s = run(target, golden, tmp_path / "out2")
     assert [p["step"] for p in s.pairs] == [0, 1] and all(p["counts"]["pass"] > 0 for p in s.pairs)
+    shards = tmp_path / "rank0"                          # lone rank 0 against lone rank 1: two shards, unpaired
+    for step in ("step0", "step1"):
+        shutil.copytree(golden / step / "rank1", shards / step / "rank0")
+    with pytest.raises(CompareError, match=r"\(step 0 rank 0, step 1 rank 0\) and .*\(step 0 rank 1, step 1 rank 1\)"):
+        run(shards, golden, tmp_path / "out_shards")
     later = tmp_path / "later"
     shutil.copytree(target / "step0", later / "step5")
     with pytest.raises(CompareError, match=r"in common between .*\(step 0, step 1, step 2\) and .*\(step 5\)"):
         run(target, later, tmp_path / "out3")
+
+
+def test_two_keywords_of_equal_value_are_two_settings(tmp_path):
+    """`clamp(h, min=0.)` against `clamp(h, max=0.)`: both arguments are said (a review found them cancelled
+    as if one were passed by position)."""
+    def dump(path, **kwargs):
+        torch.manual_seed(0)
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
+        d.start()
+        torch.clamp(torch.randn(8), **kwargs)
+        d.stop()
+        d.step()
+        return path
+
+    (pair,) = run(dump(tmp_path / "t", min=0.0), dump(tmp_path / "g", max=0.0), tmp_path / "out").pairs
+    reason = pair["first_divergence"]["reason"]
+    assert "argument input.min differs: 0.0 vs not passed" in reason and "input.max differs: not passed" in reason
 
 
 def test_an_argument_passed_by_position_in_one_run_and_by_keyword_in_the_other_is_the_same(tmp_path):
@@ -518,6 +540,28 @@ def test_a_filtered_dump_pairs_with_an_unfiltered_golden(tmp_path, golden, selec
     assert counts["pass"] == len(load(target)["data"]) and pair["first_divergence"] is None
     parents, golden_parents = load(target, name="construct.json"), load(golden, name="construct.json")
     assert parents and all(golden_parents[name] == parent for name, parent in parents.items())
+
+
+@pytest.mark.parametrize("data_mode", [["all"], ["output"]])
+def test_a_conv_bias_gradient_before_batchnorm_is_noise_with_or_without_backward_inputs(tmp_path, data_mode):
+    """A convolution bias followed by BatchNorm gets a gradient that is zero in exact arithmetic. With the
+    module's backward inputs left out of the dump (data_mode ["output"]), its noise floor had no reference
+    and a one-ulp input difference was named there (a review); the record's own gradients stand in."""
+    def dump(path, scale):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3))
+        x = torch.randn(4, 3, 10, 10) * scale
+        (path.parent / f"{path.name}.json").write_text(json.dumps(
+            {"task": "statistics", "level": "L0", "dump_path": str(path), "statistics": {"data_mode": data_mode}}))
+        d = PrecisionDebugger(str(path.parent / f"{path.name}.json"))
+        d.start(model=model)
+        model(x).pow(2).sum().backward()
+        d.stop()
+        d.step()
+        return path
+
+    (pair,) = run(dump(tmp_path / "t", 1 + 2 ** -22), dump(tmp_path / "g", 1.0), tmp_path / "out").pairs
+    assert pair["first_divergence"] is None and pair["counts"]["error"] == 0, pair
 
 
 def test_a_parameter_gradient_is_noise_only_against_the_gradients_it_was_computed_from(tmp_path):
@@ -659,6 +703,35 @@ def test_tensor_mode_bf16_against_fp32_names_no_call(tmp_path, level):
     assert pair["first_divergence"] is None and pair["counts"]["error"] == 0, pair
     (pair,) = run(golden, golden, tmp_path / "self").pairs
     assert pair["counts"]["warning"] == pair["counts"]["error"] == 0, pair
+
+
+def test_tensor_mode_names_a_one_percent_error_after_drift(tmp_path):
+    """Weights drifted by 1e-5 (later steps), then a module off by 1% (a kernel bug): its tensor inputs agree
+    element by element, so "fewer than 10% within 0.1%" still names it (a review caught a version that
+    asked the drifted in_err instead)."""
+    class Scale(nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.k = k
+
+        def forward(self, h):
+            return torch.tanh(h) * self.k
+
+    def dump(path, drift, k):
+        torch.manual_seed(0)
+        lin = nn.Linear(16, 16)
+        with torch.no_grad():
+            lin.weight.mul_(1 + drift * torch.randn(lin.weight.shape, generator=torch.Generator().manual_seed(1)))
+        model = nn.Sequential(lin, Scale(k), nn.Linear(16, 4))
+        d = PrecisionDebugger(dump_path=str(path), task="tensor", level="L0")
+        d.start(model=model)
+        model(torch.randn(32, 16)).sum().backward()
+        d.stop()
+        d.step()
+        return path
+
+    (pair,) = run(dump(tmp_path / "t", 1e-5, 1.01), dump(tmp_path / "g", 0.0, 1.0), tmp_path / "out").pairs
+    assert pair["first_divergence"]["name"] == "Module.1.Scale.forward.0"
 
 
 def test_tensor_mode_metrics_match_numpy(tmp_path):

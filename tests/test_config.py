@@ -115,7 +115,7 @@ def test_a_key_given_twice_is_an_error(tmp_path):
     path.write_text('{"task": "statistics", "step": [0], "statistics": {"list": ["a"], "list": ["b"]}, "step": [1]}')
     text = str(pytest.raises(ConfigError, load_config, path).value)
     assert "step: got [[0], [1]]; expected the key once in its object" in text
-    assert "list: got [['a'], ['b']]" in text
+    assert "statistics.list: got [['a'], ['b']]" in text  # with its object's path
 
 
 def test_dump_path_that_is_a_file_is_an_error(tmp_path):

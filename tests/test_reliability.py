@@ -117,6 +117,20 @@ def test_a_failing_disk_mid_step_keeps_what_was_written(tmp_path, monkeypatch, c
     every_dump_json_is_whole(tmp_path)
 
 
+def test_a_tensor_folder_that_cannot_be_made_is_said_plainly(tmp_path, capsys):
+    """The tensor task's folder is made at the first saved tensor: a refusal there was an internal failure
+    with a traceback (a review). The records keep their statistics."""
+    model, x, _ = make("mlp")
+    blocker = tmp_path / "step0" / "rank" / "dump_tensor_data"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("a file where the folder goes")
+    d = PrecisionDebugger(dump_path=str(tmp_path), level="L0", task="tensor")
+    run_step(d, model, x)
+    err = capsys.readouterr().err
+    assert err.count("cannot write") == 1 and "internal failure" not in err and "Traceback" not in err, err
+    assert data(tmp_path)["Module.fc1.Linear.forward.0"]["output"][0]["Max"] is not None
+
+
 @needs_proc
 def test_a_full_disk_never_changes_the_numbers_of_training(tmp_path, monkeypatch):
     want = train("mlp", steps=3)

@@ -171,6 +171,24 @@ def test_save_at_debug_level_with_gradients(tmp_path):
         assert pair["counts"]["pass"] == 4, where
 
 
+def test_debug_dumps_compare_with_list_records_and_values_saved_on_one_side(tmp_path):
+    """save() of a list is a list record (the reader refused it), and a value one run saved more of is a
+    difference (a review found it read as a data_mode filter's part, and passed)."""
+    from msprobe_lite.compare.api import compare
+
+    def dump(path, extra):
+        d = debugger(path, level="debug")
+        values = {"a": torch.ones(2), "b": torch.zeros(2)}
+        if extra:
+            values["c"] = torch.ones(3)
+        once(d, lambda: (d.save([torch.ones(2), 3], "pair"), d.save(values, "dict")))
+        return path / "dump"
+
+    (pair,) = compare(str(dump(tmp_path / "t", True)), str(dump(tmp_path / "g", False)), str(tmp_path / "cmp"),
+                      quiet=True, html=False).pairs
+    assert pair["counts"] == {"pass": 1, "warning": 1, "error": 0, "unmatched_target": 0, "unmatched_golden": 0}
+
+
 def test_save_in_tensor_task_writes_files(tmp_path):
     d = debugger(tmp_path, level="debug", task="tensor", tensor={"list": ["v"]}, async_dump=False)
     v = torch.arange(4.0)
@@ -180,7 +198,8 @@ def test_save_in_tensor_task_writes_files(tmp_path):
 
 
 def test_save_before_start_is_said_once(tmp_path, capsys):
-    """save() records from start() until step(); one made before start() was dropped without a word."""
+    """save() records from start() until step(); one made before start() was dropped without a word. A rank
+    the config leaves out says nothing of its save() calls."""
     d = debugger(tmp_path, level="debug")
     for _ in range(2):
         d.save(torch.ones(1), "early")
@@ -188,6 +207,9 @@ def test_save_before_start_is_said_once(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("save('early') outside start() ... step(): not recorded") == 1
     assert set(load(tmp_path / "dump", name="debug.json")["data"]) == {"x.0.debug"}
+    other = debugger(tmp_path / "other", level="debug", rank=[1])  # this process counts as rank 0
+    once(other, lambda: other.save(torch.ones(1), "x"))
+    assert "outside start()" not in capsys.readouterr().err
 
 
 def test_save_at_other_levels_warns(tmp_path, capsys):
@@ -236,6 +258,17 @@ def test_overflow_check_leaves_nothing_for_steps_without_an_overflow(tmp_path):
     stacks = load(tmp_path / "dump", step=2, name="stack.json")
     assert [names for names, _ in stacks.values()] == [["Torch.exp.0.forward"]]
     assert list(load(tmp_path / "dump", step=2, name="construct.json")) == ["Torch.exp.0.forward"]
+
+
+def test_overflow_check_keeps_the_place_of_a_backward_overflow(tmp_path):
+    """A gradient overflow's record is a backward one, located by its forward call's stack: stack.json kept
+    only the written names and lost it (a review)."""
+    x = torch.zeros(3, requires_grad=True)
+    d = debugger(tmp_path, task="overflow_check")
+    once(d, lambda: torch.sqrt(x).sum().backward())   # sqrt(0) is 0, its gradient infinite
+    assert list(data(tmp_path / "dump")) == ["Torch.sqrt.0.backward"]
+    stacks = load(tmp_path / "dump", name="stack.json")
+    assert [names for names, _ in stacks.values()] == [["Torch.sqrt.0.forward"]]
 
 
 @pytest.mark.parametrize("limit,expected", [(1, 1), (-1, None)])

@@ -92,11 +92,11 @@ def _value(obj: dict):
 def _passed_by_one_run(t_only: list, g_only: list, arguments: list) -> bool:
     """Says each scalar argument that only one run passes (in `arguments`); True when there is one. A value
     that one run passes by position and the other by keyword (`softmax(-1)`, `softmax(dim=-1)`) is the
-    same setting under two names: such a pair cancels."""
+    same setting under two names: such a pair cancels (two keywords of equal value are two settings)."""
     left = list(g_only)
     for suffix, row in t_only:
-        twin = next((g for g in left if g[1].obj.get("type") == row.obj.get("type")
-                     and _value(g[1].obj) == _value(row.obj)), None)
+        twin = next((g for g in left if _by_position(suffix) != _by_position(g[0])
+                     and g[1].obj.get("type") == row.obj.get("type") and _value(g[1].obj) == _value(row.obj)), None)
         if twin is not None:
             left.remove(twin)
         else:
@@ -104,6 +104,11 @@ def _passed_by_one_run(t_only: list, g_only: list, arguments: list) -> bool:
     arguments.extend(f"argument {suffix.lstrip('.')} differs: not passed vs {_value(row.obj)!r}"
                      for suffix, row in left)
     return len(t_only) != len(g_only) or bool(left)
+
+
+def _by_position(suffix: str) -> bool:
+    """Whether a row's argument was passed by position (`.input.1`) rather than by keyword (`.input.dim`)."""
+    return suffix.rsplit(".", 1)[-1].isdigit()
 
 
 def _worse(a: str, b: str) -> str:
@@ -228,6 +233,7 @@ class Judge:
         inputs_size = 0.0    # the largest golden magnitude of the floating-point tensor inputs
         outputs = []         # (index in errs[OUTPUT], target, golden) of tensor outputs, statistics mode
         data_err = 0.0       # the largest difference of the tensor inputs that are not the call's parameters
+        outputs_size = 0.0   # the largest golden magnitude of the floating-point tensor outputs
         # the parts (input, output) each dump holds: a dump made with a `data_mode` filter has one only
         t_roles, g_roles = t_dump.roles(), g_dump.roles()
         for t_row in t_rows:
@@ -247,6 +253,8 @@ class Judge:
                     if self.mode == "statistics" and t_row.is_tensor and g_row.is_tensor:
                         if t_row.role == OUTPUT:
                             outputs.append((len(errs[OUTPUT]), t_row.obj, g_row.obj))
+                            if dtype_kind(g_row.dtype) == "float":
+                                outputs_size = max(outputs_size, magnitude(g_row.obj))
                         elif dtype_kind(g_row.dtype) == "float":  # not indices or masks
                             inputs_size = max(inputs_size, magnitude(g_row.obj))
                     errs[t_row.role].append(err)
@@ -285,10 +293,12 @@ class Judge:
         # output that small is a product or a masked result as often as noise, and a scale set there is a
         # change to be named. A module's parameter gradients (L0, mix) are computed from its backward's inputs
         # (the gradients of its outputs), which their record does not hold: `grad_size` is their magnitude.
+        # Where the dump holds none (data_mode ["output"], a `list` of parameter gradients), the largest of
+        # the record's own gradients stands in: coarser (a small bias gradient passes as noise more easily).
         gradients = split_name(pair.target)[1] == "backward"
         verdict.inputs_size = inputs_size
         if params_grad_owner(pair.target):
-            gradients, inputs_size = True, grad_size
+            gradients, inputs_size = True, grad_size or outputs_size
         tol = TOLERANCE_EPS * max(worst_eps, inner_eps)
         noise = tol * inputs_size
         if noise > 0 and argument_err == 0 and not one_sided and gradients:
@@ -386,9 +396,9 @@ class Judge:
                                       f"{_fmt(in_err)}")
         th_in, th_out = extra[INPUT].get("thousandth"), extra[OUTPUT].get("thousandth")
         # tensor mode: few output elements within 0.1% of the golden's. Only where 0.1% is beyond the rounding
-        # of the dtypes involved (not bf16 or fp16), and where the inputs are known to agree: a record without
-        # tensor inputs (parameter gradients) has its upstream difference in `in_err`
-        if th_out and min(th_out) < 0.1 and tol < 1e-3 and in_err <= tol and (not th_in or min(th_in) > 0.9):
+        # of the dtypes involved (not bf16 or fp16), and where the inputs are known to agree: their elements,
+        # or for a record without tensor inputs (parameter gradients) its upstream difference in `in_err`
+        if th_out and min(th_out) < 0.1 and tol < 1e-3 and (min(th_in) > 0.9 if th_in else in_err <= tol):
             verdict.introduced = True
             verdict.raise_to(ERROR, "fewer than 10% of output elements within 0.1% while inputs agree")
         cos_in, cos_out = extra[INPUT].get("cosine"), extra[OUTPUT].get("cosine")

@@ -59,7 +59,8 @@ class Dump:
                     found.update(row.role for row in self.rows(name))
                     if len(found) == 2:
                         break
-            self._roles = frozenset(found)
+            # no call records (a debug.json of save() entries): nothing tells of a filter
+            self._roles = frozenset(found) if found else frozenset(("input", "output"))
         return self._roles
 
 
@@ -117,8 +118,9 @@ def load_dump(dump_json: str, step: int | None = None, rank: int | None = None) 
     if not isinstance(content, dict) or not isinstance(content.get("data"), dict):
         raise DumpError(f"{dump_json}: not a dump.json: expected an object with a \"data\" object "
                         f"(got {type(content).__name__}{' without data' if isinstance(content, dict) else ''})")
+    debug = content.get("level") == "debug"  # save() of a list or tuple: a list record
     for name, record in content["data"].items():
-        if not isinstance(record, dict):
+        if not isinstance(record, dict) and not (debug and isinstance(record, list)):
             raise DumpError(f"{dump_json}: record {name!r} is a {type(record).__name__}, expected an object")
     folder = os.path.dirname(os.path.abspath(dump_json))
     stack_file = os.path.join(folder, "stack.json")
@@ -210,8 +212,8 @@ def resolve(path: str) -> list:
 def pair_inputs(target: str, golden: str) -> tuple:
     """([(step, rank, target dump.json, golden dump.json)], {"target": [...], "golden": [...]}): dumps paired by
     step and rank number, not position, and the (step, rank) of each side that has no partner. A step that
-    each side dumped from one process only pairs whatever the rank folders are called (`rank/` of a
-    single-process run against `rank1/` of a distributed one)."""
+    each side dumped from one process only, one of them a single-process run, pairs whatever the rank
+    folders are called (`rank/` against `rank1/` of a distributed one)."""
     t, g = _number_procs(resolve(target)), _number_procs(resolve(golden))
     if len(t) == 1 and len(g) == 1:
         return [(t[0][0], t[0][1], t[0][2], g[0][2])], {"target": [], "golden": []}
@@ -219,8 +221,10 @@ def pair_inputs(target: str, golden: str) -> tuple:
     alone_t, alone_g = _sole_ranks(t), _sole_ranks(g)
     pairs, paired = [], set()
     for s, r, p in t:
-        key = (s, r) if (s, r) in golden_by_key else \
-            (s, alone_g[s]) if s in alone_t and s in alone_g else None  # one process each: pair by step
+        # one process each, one of them a single-process run (`rank/`): pair by step. Two numbered ranks that
+        # differ are two shards of the data, not the same run's
+        lone = s in alone_t and s in alone_g and (r is None or alone_g[s] is None)
+        key = (s, r) if (s, r) in golden_by_key else (s, alone_g[s]) if lone else None
         if key is not None:
             pairs.append((s, r, p, golden_by_key[key]))
             paired.add(key)

@@ -41,8 +41,8 @@ class DebugSaver:
     def save(self, variable, name: str, save_backward: bool = True) -> None:
         session = self.session
         if not session.step_open:
-            if session.step_selected() and not session.finished and not self._said_outside:
-                self._said_outside = True  # (a step that is not dumped stays quiet)
+            if not self._said_outside and not session.finished and session.dumps_here():
+                self._said_outside = True  # (a step or rank that is not dumped stays quiet)
                 log.warning("save(%r) outside start() ... step(): not recorded; save() records from start() "
                             "until step() (said once)", name)
             return

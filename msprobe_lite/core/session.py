@@ -16,6 +16,7 @@ import weakref
 
 from . import writer
 from .filters import RecordFilter, matches_fragment
+from .naming import counterpart
 from .records import Record, summaries_in
 from .safety import log, report_failure, report_unwritable
 from .stacks import StackCollector
@@ -71,6 +72,14 @@ class Session:
 
     def step_selected(self) -> bool:
         return self.config.step.everything or self.step in self.config.step
+
+    def dumps_here(self) -> bool:
+        """Whether this step is dumped by this rank, asked without start() (and without its log lines)."""
+        selection = self.config.rank
+        if selection.everything:
+            return self.step_selected()
+        rank = self.rank_fn()
+        return self.step_selected() and (0 if rank is None else rank) in selection
 
     def _rank_selected(self) -> bool:
         selection = self.config.rank
@@ -217,8 +226,10 @@ class Session:
                 data_file, extra = self._layout()
                 construct = self.construct if extra else None  # empty at L1: no module hierarchy
                 if construct and overflow:
-                    construct = {name: self.construct.get(name) for name in (r.name for r in records)}
-                stacks = self.stacks.to_json({r.name for r in records} if overflow else None) if extra else None
+                    construct = {r.name: self.construct[r.name] for r in records if r.name in self.construct}
+                # a backward record's place is its forward call's: stacks are filed for forward records
+                written = {n for r in records for n in (r.name, counterpart(r.name))} if overflow else None
+                stacks = self.stacks.to_json(written) if extra else None
                 folder = self.folder()
                 writer.write_step(folder, self.header(), records, stacks, construct, data_file, self.prepared.take)
                 self.files.wait()

@@ -24,7 +24,7 @@ import weakref
 
 from .naming import data_file_name
 from .records import NO_STATS, SavedTensor, TensorSummary
-from .safety import guarded, report_failure
+from .safety import guarded, report_failure, report_unwritable
 from .writer import link_or_copy, make_dirs
 
 # Storages tainted in one step beyond which every tensor is summarised anew (the check on each cached sighting
@@ -253,7 +253,11 @@ class Summarizer:
         folder = self.session.tensor_folder()
         target = os.path.join(folder, name)
         if folder not in self._folders:
-            make_dirs(folder)
+            try:
+                make_dirs(folder)
+            except OSError as exc:  # the file system's refusal: said plainly; the summary is kept
+                report_unwritable(folder, exc)
+                return summary
             self._folders.add(folder)
         key, version = id(t), self._trusted_version(t)
         cached = self._snapshots.get(key)
