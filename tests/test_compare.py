@@ -66,6 +66,19 @@ def run(target, golden, out, **kw):
     return compare(str(target), str(golden), str(out), quiet=True, **kw)
 
 
+def dump_step(path, model, x, loss=lambda out: out.float().pow(2).mean(), **cfg):
+    """One forward and backward of `model(x)` dumped to `path` (cfg: level, task, statistics, ... as in
+    config.json; L0 statistics by default)."""
+    config = path.parent / f"{path.name}_config.json"
+    config.write_text(json.dumps({"task": "statistics", "level": "L0", "dump_path": str(path), **cfg}))
+    d = PrecisionDebugger(str(config))
+    d.start(model=model)
+    loss(model(x)).backward()
+    d.stop()
+    d.step()
+    return path
+
+
 # -- metrics --------------------------------------------------------------------------------------------
 def test_tensor_metrics_against_numpy():
     rng = np.random.default_rng(0)
@@ -366,12 +379,7 @@ def test_a_name_mapping_pairs_renamed_modules_and_says_a_fragment_that_matches_n
         model = nn.Sequential()
         model.add_module(name, nn.Linear(4, 4))
         model.add_module("head", nn.Linear(4, 2))
-        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
-        d.start(model=model)
-        model(torch.ones(3, 4)).sum().backward()
-        d.stop()
-        d.step()
-        return path
+        return dump_step(path, model, torch.ones(3, 4))
 
     target, golden = dump(tmp_path / "t", "encoder_v2"), dump(tmp_path / "g", "encoder")
     assert run(target, golden, tmp_path / "plain").pairs[0]["counts"]["unmatched_target"] > 0
@@ -550,15 +558,8 @@ def test_a_conv_bias_gradient_before_batchnorm_is_noise_with_or_without_backward
     def dump(path, scale):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3))
-        x = torch.randn(4, 3, 10, 10) * scale
-        (path.parent / f"{path.name}.json").write_text(json.dumps(
-            {"task": "statistics", "level": "L0", "dump_path": str(path), "statistics": {"data_mode": data_mode}}))
-        d = PrecisionDebugger(str(path.parent / f"{path.name}.json"))
-        d.start(model=model)
-        model(x).pow(2).sum().backward()
-        d.stop()
-        d.step()
-        return path
+        return dump_step(path, model, torch.randn(4, 3, 10, 10) * scale, lambda out: out.pow(2).sum(),
+                         statistics={"data_mode": data_mode})
 
     (pair,) = run(dump(tmp_path / "t", 1 + 2 ** -22), dump(tmp_path / "g", 1.0), tmp_path / "out").pairs
     assert pair["first_divergence"] is None and pair["counts"]["error"] == 0, pair
@@ -572,13 +573,7 @@ def test_a_parameter_gradient_is_noise_only_against_the_gradients_it_was_compute
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)).to(torch.bfloat16)
         model[0].bias.register_hook(lambda g: g * bias_scale)
-        x = (torch.randn(16, 4) * 50).to(torch.bfloat16)
-        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
-        d.start(model=model)
-        model(x).float().pow(2).mean().backward()
-        d.stop()
-        d.step()
-        return path
+        return dump_step(path, model, (torch.randn(16, 4) * 50).to(torch.bfloat16))
 
     s = run(train(tmp_path / "t", 1.5), train(tmp_path / "g", 1.0), tmp_path / "out")
     assert s.pairs[0]["first_divergence"]["name"] == "Module.0.Linear.parameters_grad.0"
@@ -690,13 +685,7 @@ def test_tensor_mode_bf16_against_fp32_names_no_call(tmp_path, level):
     def train(path, dtype):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(dtype)
-        x = torch.randn(6, 8).to(dtype)
-        d = PrecisionDebugger(dump_path=str(path), task="tensor", level=level)
-        d.start(model=model)
-        model(x).float().pow(2).mean().backward()
-        d.stop()
-        d.step()
-        return path
+        return dump_step(path, model, torch.randn(6, 8).to(dtype), task="tensor", level=level)
 
     golden = train(tmp_path / "fp32", torch.float32)
     (pair,) = run(train(tmp_path / "bf16", torch.bfloat16), golden, tmp_path / "out").pairs
@@ -723,12 +712,7 @@ def test_tensor_mode_names_a_one_percent_error_after_drift(tmp_path):
         with torch.no_grad():
             lin.weight.mul_(1 + drift * torch.randn(lin.weight.shape, generator=torch.Generator().manual_seed(1)))
         model = nn.Sequential(lin, Scale(k), nn.Linear(16, 4))
-        d = PrecisionDebugger(dump_path=str(path), task="tensor", level="L0")
-        d.start(model=model)
-        model(torch.randn(32, 16)).sum().backward()
-        d.stop()
-        d.step()
-        return path
+        return dump_step(path, model, torch.randn(32, 16), lambda out: out.sum(), task="tensor")
 
     (pair,) = run(dump(tmp_path / "t", 1e-5, 1.01), dump(tmp_path / "g", 0.0, 1.0), tmp_path / "out").pairs
     assert pair["first_divergence"]["name"] == "Module.1.Scale.forward.0"
