@@ -64,6 +64,27 @@ def test_parameter_gradients_without_a_call_index_pair_with_current_ones(tmp_pat
     assert pair["counts"]["unmatched_target"] == 0
 
 
+def test_integers_of_another_width_are_compared_by_value(tmp_path):
+    """MindSpore's CrossEntropyLoss takes Int32 labels, PyTorch's int64: every clean port's compare named the
+    loss "dtype differs: Int32 vs torch.int64" (a trial). Integers of other widths compare by value; an
+    integer against a float is still another call (it does not pair)."""
+    def dump(folder, dtype):
+        labels = {"type": "torch.Tensor", "dtype": dtype, "shape": [4], "Max": 3, "Min": 0, "Mean": 1.5,
+                  "Norm": 3.74}
+        os.makedirs(folder)
+        with open(os.path.join(folder, "dump.json"), "w") as f:
+            json.dump({"task": "statistics", "level": "L1", "dump_data_dir": None,
+                       "data": {"Functional.cross_entropy.0.forward": {"input_args": [labels], "output": []}}}, f)
+        return folder
+
+    (pair,) = run(dump(tmp_path / "t" / "rank0", "Int32"), dump(tmp_path / "g" / "rank0", "torch.int64"),
+                  tmp_path / "out").pairs
+    assert pair["counts"]["pass"] == 1
+    (pair,) = run(dump(tmp_path / "t2" / "rank0", "torch.float32"), dump(tmp_path / "g2" / "rank0", "torch.int64"),
+                  tmp_path / "out2").pairs
+    assert pair["counts"]["unmatched_target"] == pair["counts"]["unmatched_golden"] == 1  # another call
+
+
 def test_a_process_group_is_a_row_compared_by_its_ranks(tmp_path):
     """So are a reduce op and a memory format (as the reference tool writes them too)."""
     def dump(folder, ranks):

@@ -158,8 +158,10 @@ class Judge:
             return out, err, problems
         if t_row.shape != g_row.shape and list(t_row.shape or []) != list(g_row.shape or []):
             return out, math.inf, [f"shape differs: {t_row.shape} vs {g_row.shape}"]
+        # a float of another width is the precision under test, an integer of another width (MindSpore's
+        # Int32 labels against PyTorch's int64) holds the same values, compared below: neither is a difference
         if t_row.dtype != g_row.dtype and same_dtype(t_row.dtype) != same_dtype(g_row.dtype) \
-                and not (dtype_kind(t_row.dtype) == dtype_kind(g_row.dtype) == "float"):
+                and not (dtype_kind(t_row.dtype) == dtype_kind(g_row.dtype) in ("float", "int")):
             problems.append(f"dtype differs: {t_row.dtype} vs {g_row.dtype}")
         if self.mode == "statistics":
             diffs, rels, err = stat_measures(t, g)
