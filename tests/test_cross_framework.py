@@ -60,6 +60,15 @@ def test_a_different_layer_is_named_as_first_divergence(tmp_path):
     assert first["golden_name"] == "Module.norm.LayerNorm.forward.0"
 
 
+def test_a_replaced_layer_is_named_at_mix_though_api_calls_do_not_all_pair(tmp_path):
+    """GELU in the MindSpore port where PyTorch has ReLU, at mix: the answer named the first primitive that
+    does not pair across frameworks (routine at L1) and never the GELU (a trial). Across frameworks, the
+    call only in the target that is named is a cell or module."""
+    ms_dump, pt_dump = dump_both(tmp_path, "mlp", level="mix", act=nn.GELU())
+    pair = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out"), quiet=True).pairs[0]
+    assert pair["first_only_in_target"]["name"] == "Cell.act.GELU.forward.0", pair["first_only_in_target"]
+
+
 def test_checkpoint_conversion_and_weight_comparison(tmp_path, capsys):
     torch.manual_seed(0)
     tnet = TorchCNN()

@@ -38,11 +38,11 @@ class TorchMLP(torch.nn.Module):
 
 
 class MsMLP(nn.Cell):
-    def __init__(self, norm_eps=1e-5):
+    def __init__(self, norm_eps=1e-5, act=None):  # a planted difference: another epsilon, activation
         super().__init__()
         self.fc1, self.fc2 = mint.nn.Linear(8, 16), mint.nn.Linear(16, 4)
         self.norm = nn.LayerNorm((16,), epsilon=norm_eps)
-        self.act = nn.ReLU()
+        self.act = act if act is not None else nn.ReLU()
 
     def construct(self, x):
         return self.fc2(self.act(self.norm(self.fc1(x))))
