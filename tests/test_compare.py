@@ -416,6 +416,9 @@ def test_steps_and_ranks_of_one_side_only_are_said_and_lone_ranks_pair(tmp_path,
         shutil.copytree(golden / step / "rank1", shards / step / "rank0")
     with pytest.raises(CompareError, match=r"\(step 0 rank 0, step 1 rank 0\) and .*\(step 0 rank 1, step 1 rank 1\)"):
         run(shards, golden, tmp_path / "out_shards")
+    with pytest.raises(CompareError, match="in common"):                  # one step each: the same rule
+        run(shards / "step0", golden / "step0", tmp_path / "out_step")
+    run(shards / "step0" / "rank0", golden / "step0" / "rank1", tmp_path / "out_named")  # named: compared
     later = tmp_path / "later"
     shutil.copytree(target / "step0", later / "step5")
     with pytest.raises(CompareError, match=r"in common between .*\(step 0, step 1, step 2\) and .*\(step 5\)"):
@@ -456,6 +459,10 @@ def test_an_argument_passed_by_position_in_one_run_and_by_keyword_in_the_other_i
     minus_one = {"type": "int", "value": -1}
     s = run(dump(tmp_path / "t" / "rank", [minus_one], {}), dump(tmp_path / "g" / "rank", [], {"dim": minus_one}),
             tmp_path / "out")
+    assert s.pairs[0]["counts"]["pass"] == 1 and s.pairs[0]["counts"]["warning"] == 0
+    dims = [{"type": "int", "value": 0}, {"type": "int", "value": 1}]  # a list: rows .input.1.0 and .input.dim.0
+    s = run(dump(tmp_path / "tl" / "rank", [dims], {}), dump(tmp_path / "gl" / "rank", [], {"dim": dims}),
+            tmp_path / "out_list")
     assert s.pairs[0]["counts"]["pass"] == 1 and s.pairs[0]["counts"]["warning"] == 0
     zero = {"type": "int", "value": 0}
     s = run(dump(tmp_path / "t2" / "rank", [minus_one], {}), dump(tmp_path / "g2" / "rank", [], {"dim": zero}),

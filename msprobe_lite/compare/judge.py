@@ -107,8 +107,10 @@ def _passed_by_one_run(t_only: list, g_only: list, arguments: list) -> bool:
 
 
 def _by_position(suffix: str) -> bool:
-    """Whether a row's argument was passed by position (`.input.1`) rather than by keyword (`.input.dim`)."""
-    return suffix.rsplit(".", 1)[-1].isdigit()
+    """Whether a row's argument was passed by position (`.input.1`, a list's `.input.1.0`) rather than by
+    keyword (`.input.dim`, `.input.dim.0`): the part after the role says."""
+    parts = suffix.lstrip(".").split(".")
+    return len(parts) > 1 and parts[1].isdigit()
 
 
 def _worse(a: str, b: str) -> str:

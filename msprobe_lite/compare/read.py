@@ -215,7 +215,10 @@ def pair_inputs(target: str, golden: str) -> tuple:
     each side dumped from one process only, one of them a single-process run, pairs whatever the rank
     folders are called (`rank/` against `rank1/` of a distributed one)."""
     t, g = _number_procs(resolve(target)), _number_procs(resolve(golden))
-    if len(t) == 1 and len(g) == 1:
+    # one dump each: paired when the user named those very dumps (files or rank folders), or when their
+    # ranks do not say they are two shards (the rule below for lone ranks)
+    named = all(os.path.isfile(p) or _data_file(p) for p in (target, golden))
+    if len(t) == 1 and len(g) == 1 and (named or None in (t[0][1], g[0][1]) or t[0][1] == g[0][1]):
         return [(t[0][0], t[0][1], t[0][2], g[0][2])], {"target": [], "golden": []}
     golden_by_key = {(s, r): p for s, r, p in g}
     alone_t, alone_g = _sole_ranks(t), _sole_ranks(g)
