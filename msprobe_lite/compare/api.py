@@ -105,9 +105,14 @@ def _parents(dump, name) -> list:
     return chain
 
 
+def _is_module(name: str) -> bool:
+    """A module's (PyTorch) or a cell's (MindSpore) record, not an API call's."""
+    return name.startswith(("Module.", "Cell."))
+
+
 def _module_of(dump, name):
     parent = dump.parents.get(name)
-    if name.startswith(("Module.", "Cell.")):
+    if _is_module(name):
         return name
     return parent if isinstance(parent, str) else None
 
@@ -224,20 +229,18 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         stack = (target.stacks.get(pair.target) or target.stacks.get(counterpart(pair.target)) or []) \
             if pair.target else []
         upstream = max(_upstream(pair.target, seen_err), inside.get(pair.target, 0.0)) if pair.target else 0.0
-        forward = pair.target is not None and split_name(pair.target)[1] == "forward"
+        base, direction, index = split_name(pair.target) if pair.target else (None, None, None)
         # whether its inputs differ more than earlier outputs explain: asked of module calls, whose parameters
         # are apart from their inputs (an API's weights are arguments, and differ after a step of drift)
-        module = forward and pair.target.startswith(("Module.", "Cell."))
+        module = direction == "forward" and _is_module(pair.target)
         owner = params_grad_owner(pair.target) if pair.target else None
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
                                            upstream, forward_out if module else None, grad_sizes.get(owner, 0.0))
-        if forward and verdict.result != UNMATCHED:
+        if direction == "forward" and verdict.result != UNMATCHED:
             forward_out = max(forward_out, verdict.out_err)
-        elif pair.target and split_name(pair.target)[1] == "backward":  # parameter gradients come after it
-            base = split_name(pair.target)[0]
+        elif direction == "backward":  # its module's parameter gradients come after it
             grad_sizes[base] = max(grad_sizes.get(base, 0.0), verdict.inputs_size)
         if pair.target:
-            base, direction, index = split_name(pair.target)
             seen_err[(base, direction, index)] = verdict.in_err
             seen_err[base] = max(seen_err.get(base, 0.0), verdict.in_err)
             seen_err["*"] = max(seen_err.get("*", 0.0), verdict.in_err)
@@ -253,8 +256,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             counts["unmatched_target" if pair.target else "unmatched_golden"] += 1
             # across frameworks, API calls that do not pair are routine (nn.Dense is MatMul and BiasAdd): the
             # call named is the first module or cell only in the target (a GELU where the golden has a ReLU)
-            if pair.target and first is None and extra is None and (
-                    not across or pair.target.startswith(("Module.", "Cell."))):
+            if pair.target and first is None and extra is None and (not across or _is_module(pair.target)):
                 extra = {"name": pair.target, "stack": stack, "parents": _parents(target, pair.target)}
             continue
         counts[verdict.result] += 1

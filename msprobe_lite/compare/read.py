@@ -222,7 +222,7 @@ def pair_inputs(target: str, golden: str) -> tuple:
         return [(t[0][0], t[0][1], t[0][2], g[0][2])], {"target": [], "golden": []}
     golden_by_key = {(s, r): p for s, r, p in g}
     alone_t, alone_g = _sole_ranks(t), _sole_ranks(g)
-    pairs, paired = [], set()
+    pairs, paired, paired_t = [], set(), set()
     for s, r, p in t:
         # one process each, one of them a single-process run (`rank/`): pair by step. Two numbered ranks that
         # differ are two shards of the data, not the same run's
@@ -231,10 +231,11 @@ def pair_inputs(target: str, golden: str) -> tuple:
         if key is not None:
             pairs.append((s, r, p, golden_by_key[key]))
             paired.add(key)
+            paired_t.add((s, r))
     if not pairs:
         raise DumpError(f"no step and rank in common between {target} ({_places(t)}) and {golden} ({_places(g)}): "
                         f"point both at the steps or rank folders to compare")
-    left = {"target": [(s, r) for s, r, _ in t if not any(q[:2] == (s, r) for q in pairs)],
+    left = {"target": [(s, r) for s, r, _ in t if (s, r) not in paired_t],
             "golden": [(s, r) for s, r, _ in g if (s, r) not in paired]}
     return pairs, left
 

@@ -10,6 +10,7 @@ import operator
 import os
 
 from ..core.writer import FILE_MODE, write_atomic
+from .read import place
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -142,7 +143,7 @@ def write_xlsx(path: str, columns: list, rows: list) -> None:
 
 
 def console_line(pair: dict) -> str:
-    where = f"step {pair['step']} rank {pair['rank']}" if pair["rank"] is not None else f"step {pair['step']}"
+    where = place(pair["step"], pair["rank"])
     c = pair["counts"]
     counts = (f"{c['pass']} pass, {c['warning']} warning, {c['error']} error, "
               f"{c['unmatched_target']} unmatched in target, {c['unmatched_golden']} in golden")
@@ -195,7 +196,7 @@ def write_html(path: str, summary: dict, details: list) -> None:
              f"<h1>Compare report ({html.escape(summary['mode'])} mode)</h1>"]
     for d in details:
         p = d["pair"]
-        where = f"step {p['step']}" + (f" rank {p['rank']}" if p["rank"] is not None else "")
+        where = place(p["step"], p["rank"])
         parts.append(f"<h2>{html.escape(where)}</h2><p>{html.escape(console_line(p))}</p>")
         fd, title = (p["first_divergence"], "First divergence") if p["first_divergence"] else \
             (p.get("first_error"), "First error (no call introduced one)") if p.get("first_error") else \

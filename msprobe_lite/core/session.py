@@ -75,26 +75,26 @@ class Session:
 
     def dumps_here(self) -> bool:
         """Whether this step is dumped by this rank, asked without start() (and without its log lines)."""
+        return self.step_selected() and self._selects(self.rank_fn())
+
+    def _selects(self, rank) -> bool:
+        """Whether the config's `rank` selects `rank` (None, a single-process run, counts as rank 0)."""
         selection = self.config.rank
-        if selection.everything:
-            return self.step_selected()
-        rank = self.rank_fn()
-        return self.step_selected() and (0 if rank is None else rank) in selection
+        return selection.everything or (0 if rank is None else rank) in selection
 
     def _rank_selected(self) -> bool:
-        selection = self.config.rank
-        if selection.everything:
+        if self._selects(self.rank):
             return True
-        rank = 0 if self.rank is None else self.rank
-        if rank not in selection and not self._warned_rank:
+        selection = self.config.rank
+        if not self._warned_rank:
             self._warned_rank = True
             if self.rank is None:
                 log.warning("config rank=%s selects no rank of this non-distributed run (it counts as rank 0): "
                             "nothing will be dumped", selection.to_list())
             else:  # usual for all ranks but the chosen ones; if every rank says it, the list is wrong
                 log.info("config rank=%s does not select rank %d: this process dumps nothing",
-                         selection.to_list(), rank)
-        return rank in selection
+                         selection.to_list(), self.rank)
+        return False
 
     # -- life cycle -----------------------------------------------------------------------------------------
     def start(self) -> bool:
