@@ -572,6 +572,33 @@ def test_a_conv_bias_gradient_before_batchnorm_is_noise_with_or_without_backward
     assert pair["first_divergence"] is None and pair["counts"]["error"] == 0, pair
 
 
+def test_a_conv_bias_gradient_summed_over_many_positions_is_noise_after_drift(tmp_path):
+    """fp32 runs whose weights drifted (BatchNorm eps 1e-3 against 1e-5, step 1): the bias gradient of the
+    convolution before BatchNorm, zero in exact arithmetic, was 1e-7 in one run and 2e-7 in the other, sums
+    of 256 output gradients of 0.03 each. Set against one value's rounding it was named as introduced at
+    L0; the floor now grows with the square root of the number of values summed."""
+    def dump(path, eps):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8, eps=eps), nn.ReLU(inplace=True),
+                              nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
+        opt = torch.optim.AdamW(model.parameters(), 1e-3)
+        x, y = torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,))
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
+        for _ in range(2):
+            d.start(model=model)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            d.stop()
+            d.step()
+        return path
+
+    s = run(dump(tmp_path / "t", 1e-3), dump(tmp_path / "g", 1e-5), tmp_path / "out")
+    assert s.pairs[0]["first_divergence"]["name"] == "Module.1.BatchNorm2d.forward.0"
+    assert all("parameters_grad" not in (p["first_divergence"] or p["first_error"] or {"name": ""})["name"]
+               for p in s.pairs), [p["first_divergence"] for p in s.pairs]
+
+
 def test_a_parameter_gradient_is_noise_only_against_the_gradients_it_was_computed_from(tmp_path):
     """A Linear fed unnormalised features has a bias gradient far below its weight gradient: set against the
     weight gradient, a real 1.5x difference in it (a wrong reduction) passed as noise (a review). It is set

@@ -222,7 +222,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     first_error = None    # the first error of any kind: said when no call introduced a divergence
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
     forward_out = 0.0     # the largest output difference of the forward calls judged so far
-    grad_sizes: dict = {} # module -> the largest magnitude of its backward records' inputs so far
+    grad_inputs: dict = {}  # module -> (largest magnitude, largest size) of its backward records' inputs so far
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
         # a backward record's place in the code is its forward call's
@@ -235,11 +235,13 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         module = direction == "forward" and _is_module(pair.target)
         owner = params_grad_owner(pair.target) if pair.target else None
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
-                                           upstream, forward_out if module else None, grad_sizes.get(owner, 0.0))
+                                           upstream, forward_out if module else None,
+                                           grad_inputs.get(owner, (0.0, 1)))
         if direction == "forward" and verdict.result != UNMATCHED:
             forward_out = max(forward_out, verdict.out_err)
         elif direction == "backward":  # its module's parameter gradients come after it
-            grad_sizes[base] = max(grad_sizes.get(base, 0.0), verdict.inputs_size)
+            size, count = grad_inputs.get(base, (0.0, 1))
+            grad_inputs[base] = (max(size, verdict.inputs_size), max(count, verdict.inputs_numel))
         if pair.target:
             seen_err[(base, direction, index)] = verdict.in_err
             seen_err[base] = max(seen_err.get(base, 0.0), verdict.in_err)

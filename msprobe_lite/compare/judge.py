@@ -25,7 +25,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-from .metrics import STATS, eps_of, finite, magnitude, noise_error, stat_error, stat_measures
+from .metrics import STATS, eps_of, finite, magnitude, noise_error, numel, stat_error, stat_measures
 from .pair import dtype_kind, split_name
 from .rows import INPUT, OUTPUT, params_grad_owner
 
@@ -67,6 +67,7 @@ class Verdict:
     introduced: bool = False    # this call is where the runs part
     first_seen: bool = False    # its inputs differ more than any earlier call's outputs (see Judge.judge)
     inputs_size: float = 0.0    # the largest golden magnitude of its floating-point tensor inputs
+    inputs_numel: int = 1       # and the largest number of values among them
     in_err: float = 0.0
     out_err: float = 0.0
 
@@ -201,12 +202,12 @@ class Judge:
 
     # -- one record pair ---------------------------------------------------------------------------------
     def judge(self, pair, t_dump, g_dump, stack: str = "", inner_eps: float = 0.0, upstream: float = 0.0,
-              explained: float | None = None, grad_size: float = 0.0) -> tuple:
+              explained: float | None = None, grad_inputs: tuple = (0.0, 1)) -> tuple:
         """(rows, Verdict) for a Pair. `inner_eps`: the coarsest precision of the calls made inside this one
         (a module under autocast computes in bf16 between fp32 inputs and outputs). `upstream`: how much
         what this call also depends on already differs (a backward depends on its forward's inputs).
         `explained` (forward calls): the largest output difference of the forward calls before this one.
-        `grad_size` (parameter gradients): the `inputs_size` of their module's backward records."""
+        `grad_inputs` (parameter gradients): (inputs_size, inputs_numel) of their module's backward records."""
         if pair.target is None or pair.golden is None:
             side, name, dump = ("target", pair.target, t_dump) if pair.golden is None else \
                 ("golden", pair.golden, g_dump)
@@ -235,6 +236,7 @@ class Judge:
         argument_err = 0.0   # the largest relative difference of a scalar argument (inf: not a number)
         t_only, g_only = [], []  # (suffix, row) of scalar arguments that one run passes and the other not
         inputs_size = 0.0    # the largest golden magnitude of the floating-point tensor inputs
+        inputs_numel = 1     # the largest number of values among them
         outputs = []         # (index in errs[OUTPUT], target, golden) of tensor outputs, statistics mode
         data_err = 0.0       # the largest difference of the tensor inputs that are not the call's parameters
         outputs_size = 0.0   # the largest golden magnitude of the floating-point tensor outputs
@@ -261,6 +263,7 @@ class Judge:
                                 outputs_size = max(outputs_size, magnitude(g_row.obj))
                         elif dtype_kind(g_row.dtype) == "float":  # not indices or masks
                             inputs_size = max(inputs_size, magnitude(g_row.obj))
+                            inputs_numel = max(inputs_numel, numel(g_row.shape))
                     errs[t_row.role].append(err)
                     if t_row.role == INPUT and t_row.is_tensor and not suffix.startswith(".parameters."):
                         data_err = max(data_err, err)
@@ -293,21 +296,26 @@ class Judge:
         # A gradient smaller, in both runs, than the rounding of one value of the gradients it was computed
         # from (one that is zero in exact arithmetic: a convolution bias's before BatchNorm, attention's key
         # projection bias's) is noise, and against its own magnitude any two roundings of it differ wildly:
-        # it is measured against the magnitude of those gradients instead. Backward records only: a forward
+        # it is measured against the magnitude of those gradients instead. The rounding of a gradient that sums
+        # many values (a bias's: one per position of the batch) grows with the square root of their number, so
+        # the floor does too: fp32 runs whose weights drifted gave a conv bias before BatchNorm gradients of
+        # 1e-7 and 2e-7 from output gradients of 0.03 summed 256 at a time. Backward records only: a forward
         # output that small is a product or a masked result as often as noise, and a scale set there is a
         # change to be named. A module's parameter gradients (L0, mix) are computed from its backward's inputs
-        # (the gradients of its outputs), which their record does not hold: `grad_size` is their magnitude.
+        # (the gradients of its outputs), which their record does not hold: `grad_inputs` describes them.
         # Where the dump holds none (data_mode ["output"], a `list` of parameter gradients), the largest of
         # the record's own gradients stands in: coarser (a small bias gradient passes as noise more easily).
         gradients = split_name(pair.target)[1] == "backward"
-        verdict.inputs_size = inputs_size
+        verdict.inputs_size, verdict.inputs_numel = inputs_size, inputs_numel
         if params_grad_owner(pair.target):
-            gradients, inputs_size = True, grad_size or outputs_size
+            gradients = True
+            inputs_size, inputs_numel = grad_inputs if grad_inputs[0] else (outputs_size, 1)
         tol = TOLERANCE_EPS * max(worst_eps, inner_eps)
         noise = tol * inputs_size
         if noise > 0 and argument_err == 0 and not one_sided and gradients:
             for at, t_obj, g_obj in outputs:
-                if magnitude(g_obj) < noise and magnitude(t_obj) < noise and errs[OUTPUT][at] != math.inf:
+                floor = noise * math.sqrt(max(inputs_numel / max(numel(g_obj.get("shape")), 1), 1))  # values summed
+                if magnitude(g_obj) < floor and magnitude(t_obj) < floor and errs[OUTPUT][at] != math.inf:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
         self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, argument_err, one_sided)
         # Inputs that differ beyond what every earlier call's outputs explain: the runs parted before this call,
