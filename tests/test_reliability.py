@@ -712,6 +712,7 @@ def test_record_text_is_what_json_writes(record_lines):
 
     import numpy as np
 
+    from msprobe_lite.core._fast_stats import Stats
     from msprobe_lite.core.records import Record, SavedTensor, TensorSummary, json_default
 
     class Key(str):
@@ -731,6 +732,8 @@ def test_record_text_is_what_json_writes(record_lines):
          TensorSummary("t", "f", torch.Size([3, 2 ** 70]), (np.float64(1.5), 1.0, 1.0, 1.0), None),
          TensorSummary("t\x7f\x01", "f", (), (1e16, 1e-5, -0.0, 123456789.125), None, md5="\u00e9"),
          TensorSummary("t", "f", [2], [1.0, 2.0, 3.0, 4.0], 1),
+         TensorSummary("torch.Tensor", "torch.float32", [3], Stats((1.5, -2.0, 0.1 + 0.2, 1e300)), True),
+         TensorSummary("t", "f", [3], Stats((nan, -inf, 5e-324, -0.0)), None, md5="00ff00ff"),
          SavedTensor(shared, "Torch.add.0.forward.input.0.pt"), SavedTensor(shared, "\u00e9\t.pt"),
          SavedTensor(TensorSummary("t", "f", [1], None, None), None)],
         {1: shared, None: [1.0, -0.0, 5e-324, "x\n\"\\\x1f\x7f", True]}, ("a", 2.5), {"k": (shared, [])}, [], {},

@@ -525,6 +525,35 @@ def test_methods_set_on_a_tensor_object_do_not_redirect_the_read(monkeypatch):
         assert fast.encode(v).stats == (5.0, 0.0, 2.5, math.sqrt(55.0))
 
 
+def test_c_statistics_are_one_object_read_as_their_tuple():
+    """The C encoder keeps four finite statistics as one Stats object (four doubles; core/_fast_stats.c), not
+    a tuple of four floats: it must read, compare, hash, pickle and print as that tuple does."""
+    import pickle
+
+    from msprobe_lite.core._fast_stats import Stats
+
+    t = torch.tensor([[3.0, -4.0], [0.5, 2.5]])
+    stats = TorchSummarizer(_Session()).encode(t).stats
+    values = t.double().numpy()
+    want = (values.max(), values.min(), values.mean(), math.sqrt((values ** 2).sum()))
+    assert type(stats) is Stats and len(stats) == 4
+    assert stats == want and want == stats and not stats != want and stats in (want,)
+    high, low, mean, norm = stats
+    assert (high, low, mean, norm) == want and all(type(v) is float for v in stats)
+    assert stats[:2] == want[:2] and stats[-1] == norm and list(stats) == list(want)
+    assert hash(stats) == hash(want) and repr(stats) == repr(want) and {want: 1}[stats] == 1
+    assert pickle.loads(pickle.dumps(stats)) == want and type(pickle.loads(pickle.dumps(stats))) is tuple
+    assert stats != (3.0, -4.0, 0.5, 5.0) and Stats(want) == stats and stats < (4.0,)
+    with pytest.raises(IndexError):
+        stats[4]
+    with pytest.raises(ValueError, match="4 values"):
+        Stats((1.0, 2.0))
+    with pytest.raises(TypeError):
+        Stats(("a", 1.0, 1.0, 1.0))
+    # NaN or an infinity takes the exact route's rules: those statistics stay tuples
+    assert type(TorchSummarizer(_Session()).encode(torch.tensor([1.0, float("inf")])).stats) is tuple
+
+
 def test_c_encoder_fills_summaries_itself_only_for_the_plain_summary_class():
     """The C encoder makes TensorSummary objects without running __init__ (core/_slots.h): only for a class
     that is exactly such a plain __slots__ class. A subclass, or a class with one more slot, is called."""

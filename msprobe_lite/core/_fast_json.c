@@ -16,6 +16,7 @@ so the output is json.dumps(..., ensure_ascii=True) byte for byte in every case.
 #include <stdio.h>
 #include <string.h>
 
+#include "_fast_stats.h"
 #include "_shortest_float.h"
 #include "_slots.h"
 
@@ -97,6 +98,8 @@ static int put_str(buf_t *b, PyObject *s, PyObject *escape) {
     b->len = out - b->data;
     return 0;
 }
+
+static FastStatsApi *STATS; /* NULL when _fast_stats is not built */
 
 /* float.__repr__ for finite values (core/_shortest_float.h: the same characters, without dtoa), json's NaN /
    Infinity / -Infinity otherwise. */
@@ -255,7 +258,8 @@ static int summary(buf_t *b, PyObject *s, PyObject *data_name, kinds_t *k) {
     }
     if (!PyUnicode_CheckExact(type) || !PyUnicode_CheckExact(dtype) || (!PyTuple_Check(shape) && !PyList_CheckExact(shape)))
         goto done;
-    if (!(stats == Py_None || (PyTuple_CheckExact(stats) && PyTuple_GET_SIZE(stats) == 4)))
+    int packed = STATS != NULL && Py_TYPE(stats) == STATS->stats_type; /* four finite doubles in place */
+    if (!(stats == Py_None || packed || (PyTuple_CheckExact(stats) && PyTuple_GET_SIZE(stats) == 4)))
         goto done;
     if (!(grad == Py_None || PyBool_Check(grad)) || !(md5 == Py_None || PyUnicode_CheckExact(md5)))
         goto done;
@@ -278,6 +282,11 @@ static int summary(buf_t *b, PyObject *s, PyObject *data_name, kinds_t *k) {
         for (int i = 0; i < 4; i++) {
             if (put(b, STAT_KEYS[i], STAT_KEY_LENGTHS[i]) < 0)
                 goto error;
+            if (packed) {
+                if (put_float(b, ((StatsObject *)stats)->values[i]) < 0)
+                    goto error;
+                continue;
+            }
             int done = put_scalar(b, PyTuple_GET_ITEM(stats, i));
             if (done < 0)
                 goto error;
@@ -490,5 +499,10 @@ PyMODINIT_FUNC PyInit__fast_json(void) {
     INTERN(S_json_text, "json_text");
     INTERN(S_name, "name");
     INTERN(S_data, "data");
+    /* Stats objects are formatted from their doubles; without _fast_stats (an optional extension) there are
+       none to meet. */
+    STATS = (FastStatsApi *)PyCapsule_Import(FAST_STATS_CAPSULE, 0);
+    if (STATS == NULL)
+        PyErr_Clear();
     return PyModule_Create(&MODULE);
 }

@@ -14,7 +14,17 @@ typedef struct {
        for large inputs, which is safe only when no other thread can free or resize the memory meanwhile. */
     int (*one_pass)(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride, int kind,
                     int may_release, double out[4]);
+    /* A new Stats (see _fast_stats.c) holding `values`; NULL with an exception set on failure. */
+    PyObject *(*new_stats)(const double values[4]);
+    /* The Stats type, for readers that take its doubles directly (core/_fast_json.c). */
+    PyTypeObject *stats_type;
 } FastStatsApi;
+
+/* The layout of a Stats object: readers that hold stats_type may read `values` in place. */
+typedef struct {
+    PyObject_HEAD
+    double values[4];
+} StatsObject;
 
 /* A bfloat16 item (the high half of a float32) as the float32 it stands for. */
 static inline float bf16_to_float(uint16_t bits) {
