@@ -121,6 +121,23 @@ def test_value_encodings():
     assert enc(torch.distributed.ProcessGroup.__new__(torch.distributed.ProcessGroup)) == {"type": "torch.ProcessGroup"}
 
 
+def test_shared_scalar_encodings_keep_every_value_apart():
+    """The C encoder shares the encodings of recurring bools, ints and floats and of `{}` (records are only
+    read): values that compare equal but are written differently must still get their own."""
+    enc = TorchSummarizer(_Session()).encode
+    assert enc(0.9) is enc(0.9) and enc({}) is enc({}) and enc({}) == {}
+    pairs = [(0.0, -0.0), (1, True), (0, False), (1, 1.0), (2 ** 63 - 1, -(2 ** 63)), (2 ** 70, 2 ** 70 + 1)]
+    for a, b in pairs * 2:  # twice: the second round reads the table
+        for v in (a, b):
+            got = enc(v)
+            assert got == {"type": type(v).__name__, "value": v} and type(got["value"]) is type(v)
+            assert json.dumps(got) == json.dumps({"type": type(v).__name__, "value": v})
+    many = [enc(float(i) / 7) for i in range(2000)]  # collisions replace entries; values stay right
+    assert [d["value"] for d in many] == [float(i) / 7 for i in range(2000)]
+    nan = enc(float("nan"))
+    assert nan["type"] == "float" and math.isnan(nan["value"])
+
+
 def test_deeply_nested_values_do_not_recurse_forever():
     v = []
     for _ in range(100):

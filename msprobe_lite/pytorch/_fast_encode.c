@@ -749,6 +749,49 @@ static PyObject *scalar(PyObject *v, PyObject *name) {
     return out;
 }
 
+/* Encoded bools, ints and floats recur: an optimizer passes the same lr, betas and eps to every parameter's
+   calls, a model the same dims and flags. Their encodings ({"type": ..., "value": ...}, never changed once
+   made: records are only read) are shared through this small table, keyed by the value's bits (so -0.0 and
+   0.0, 1 and True stay apart); a collision replaces the entry. A step keeps its records until written, and
+   a third of a small step's dicts were such encodings. */
+#define SCALAR_MEMO 256
+static struct {
+    PyObject *encoded;   /* NULL while empty */
+    PyTypeObject *kind;  /* bool, int or float */
+    uint64_t bits;
+} scalar_memo[SCALAR_MEMO];
+
+static PyObject *shared_scalar(PyObject *v, PyTypeObject *kind, PyObject *name) {
+    uint64_t bits;
+    if (kind == &PyFloat_Type) {
+        double d = PyFloat_AS_DOUBLE(v);
+        memcpy(&bits, &d, sizeof bits);
+    } else {
+        int overflow = 0;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (n == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return scalar(v, name); /* beyond 64 bits: not memoised */
+        }
+        bits = (uint64_t)n;
+    }
+    size_t slot = (size_t)((bits ^ (bits >> 29) ^ (uintptr_t)kind) * 0x9E3779B97F4A7C15ull >> 56) % SCALAR_MEMO;
+    if (scalar_memo[slot].encoded != NULL && scalar_memo[slot].kind == kind && scalar_memo[slot].bits == bits) {
+        Py_INCREF(scalar_memo[slot].encoded);
+        return scalar_memo[slot].encoded;
+    }
+    PyObject *out = scalar(v, name);
+    if (out != NULL) {
+        Py_XSETREF(scalar_memo[slot].encoded, (Py_INCREF(out), out));
+        scalar_memo[slot].kind = kind;
+        scalar_memo[slot].bits = bits;
+    }
+    return out;
+}
+
+/* `{}`, the encoding of an empty dict (most calls' input_kwargs), shared for the same reason. */
+static PyObject *EMPTY_DICT;
+
 /* ValueEncoder._walk, for the values it meets in nearly every call. */
 static PyObject *walk(Encoder *e, PyObject *v, int depth) {
     if (is_fast_tensor(e, v))
@@ -757,11 +800,11 @@ static PyObject *walk(Encoder *e, PyObject *v, int depth) {
         Py_RETURN_NONE;
     PyTypeObject *kind = Py_TYPE(v);
     if (kind == &PyBool_Type)
-        return scalar(v, TYPE_NAMES[0]);
+        return shared_scalar(v, kind, TYPE_NAMES[0]);
     if (kind == &PyLong_Type)
-        return scalar(v, TYPE_NAMES[1]);
+        return shared_scalar(v, kind, TYPE_NAMES[1]);
     if (kind == &PyFloat_Type)
-        return scalar(v, TYPE_NAMES[2]);
+        return shared_scalar(v, kind, TYPE_NAMES[2]);
     if (kind == &PyUnicode_Type)
         return scalar(v, TYPE_NAMES[3]);
     if (kind == &PyTuple_Type || kind == &PyList_Type) {
@@ -783,6 +826,10 @@ static PyObject *walk(Encoder *e, PyObject *v, int depth) {
         Py_XDECREF(items);
         Py_LeaveRecursiveCall();
         return out;
+    }
+    if (kind == &PyDict_Type && PyDict_GET_SIZE(v) == 0 && depth < e->max_depth) {
+        Py_INCREF(EMPTY_DICT);
+        return EMPTY_DICT;
     }
     if (kind == &PyDict_Type && depth < e->max_depth) {
         if (e->lazy) { /* in bare(): a key that is not a str is made one by Python code (str(key)): quietly */
@@ -1006,6 +1053,8 @@ PyMODINIT_FUNC PyInit__fast_encode(void) {
         INTERN(READ_STRS[i], READ_NAMES[i]);
     INTERN(S_type, "type");
     INTERN(S_value, "value");
+    if (EMPTY_DICT == NULL && (EMPTY_DICT = PyDict_New()) == NULL)
+        return NULL;
     INTERN(S_torch_tensor, "torch.Tensor");
     INTERN(S_requires_grad, "requires_grad");
     INTERN(TYPE_NAMES[0], "bool");
