@@ -749,6 +749,35 @@ def test_record_text_is_what_json_writes(record_lines):
     assert record_lines([]) == b""
 
 
+def test_the_c_formatter_reads_stats_whatever_is_imported_first():
+    """The C formatter writes a Stats (core/_fast_stats.c) from its doubles: also in a process whose first
+    import is the writer (compare's import order), before anything imported _fast_stats."""
+    import subprocess
+    import sys
+
+    program = (
+        "import msprobe_lite.core.writer\n"
+        "from msprobe_lite.core._fast_json import record_lines\n"
+        "from msprobe_lite.core._fast_stats import Stats\n"
+        "from msprobe_lite.core.records import Record, SavedTensor, TensorSummary\n"
+        "calls = []\n"
+        "class Summary(TensorSummary):\n"
+        "    __slots__ = ()\n"
+        "    def json_text(self, data_name=None):\n"
+        "        calls.append(1)\n"
+        "        return super().json_text(data_name)\n"
+        "s = Summary('torch.Tensor', 'torch.float32', (2,), Stats((1.5, -2.0, 0.25, 2.5)), True)\n"
+        "import json\n"
+        "text = record_lines([Record('r', {'a': [s]})], Summary, SavedTensor, json.dumps, "
+        "json.encoder.encode_basestring_ascii)\n"
+        "assert not calls, 'the formatter asked the summary for its text'\n"
+        "print(text.decode())\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ('"r": {"a": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], '
+                                   '"Max": 1.5, "Min": -2.0, "Mean": 0.25, "Norm": 2.5, "requires_grad": true}]}')
+
+
 def test_record_text_of_other_record_classes_and_many_summaries(record_lines):
     """The C route reads Record and TensorSummary fields from their slots and keeps the summaries it wrote in
     a table of its own: other classes (read by attribute), a slot left unset (an error, as in Python) and

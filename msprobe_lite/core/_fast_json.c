@@ -501,8 +501,11 @@ PyMODINIT_FUNC PyInit__fast_json(void) {
     INTERN(S_data, "data");
     /* Stats objects are formatted from their doubles; without _fast_stats (an optional extension) there are
        none to meet. */
-    STATS = (FastStatsApi *)PyCapsule_Import(FAST_STATS_CAPSULE, 0);
-    if (STATS == NULL)
+    STATS = import_fast_stats();
+    if (STATS == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_ImportError) && !PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
         PyErr_Clear();
+    }
     return PyModule_Create(&MODULE);
 }

@@ -311,6 +311,8 @@ static PyObject *Stats_subscript(PyObject *self, PyObject *key) {
 static PyObject *Stats_richcompare(PyObject *self, PyObject *other, int op) {
     if (!PyTuple_Check(other) && Py_TYPE(other) != &StatsType)
         Py_RETURN_NOTIMPLEMENTED;
+    if (self == other && (op == Py_EQ || op == Py_NE)) /* as a tuple is: equal to itself, NaN or not */
+        return PyBool_FromLong(op == Py_EQ);
     PyObject *mine = stats_as_tuple(self);
     PyObject *theirs = Py_TYPE(other) == &StatsType ? stats_as_tuple(other) : (Py_INCREF(other), other);
     PyObject *out = mine && theirs ? PyObject_RichCompare(mine, theirs, op) : NULL;

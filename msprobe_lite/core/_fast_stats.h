@@ -26,6 +26,15 @@ typedef struct {
     double values[4];
 } StatsObject;
 
+/* The API of _fast_stats, imported (NULL with an exception set when it cannot be). PyCapsule_Import alone
+   finds the submodule only once something has imported it, so it is imported here first. */
+static inline FastStatsApi *import_fast_stats(void) {
+    PyObject *module = PyImport_ImportModule("msprobe_lite.core._fast_stats");
+    FastStatsApi *api = module ? (FastStatsApi *)PyCapsule_Import(FAST_STATS_CAPSULE, 0) : NULL;
+    Py_XDECREF(module);
+    return api;
+}
+
 /* A bfloat16 item (the high half of a float32) as the float32 it stands for. */
 static inline float bf16_to_float(uint16_t bits) {
     uint32_t wide = (uint32_t)bits << 16;

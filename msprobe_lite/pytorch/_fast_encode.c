@@ -1043,7 +1043,7 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_encode",
                                     -1, NULL};
 
 PyMODINIT_FUNC PyInit__fast_encode(void) {
-    STATS = (FastStatsApi *)PyCapsule_Import(FAST_STATS_CAPSULE, 0);
+    STATS = import_fast_stats();
     if (STATS == NULL)
         return NULL;
 #define INTERN(var, text)                                                                                  \
