@@ -599,6 +599,40 @@ def test_a_conv_bias_gradient_summed_over_many_positions_is_noise_after_drift(tm
                for p in s.pairs), [p["first_divergence"] for p in s.pairs]
 
 
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_a_conv_bias_gradient_under_autocast_is_judged_at_the_backward_precision(tmp_path, level):
+    """bf16 autocast against fp32 (a new user's trial): a convolution's backward runs in bf16, its parameter
+    gradients are fp32. The bias gradient before BatchNorm, zero in exact arithmetic, was 1e-8 in fp32 and
+    9e-5 in bf16, and judged at fp32's tolerance it was named as introduced at every step, above a real
+    change made later. Its noise floor now takes the precision of its module's backward."""
+    def dump(path, autocast, scale):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+                              nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+                              nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
+        opt = torch.optim.AdamW(model.parameters(), 1e-3)
+        x, y = torch.randn(8, 3, 8, 8), torch.randint(0, 10, (8,))
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level=level)
+        for _ in range(2):
+            d.start(model=model)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                out = model(x)
+            F.cross_entropy(out.float() * scale, y).backward()
+            opt.step()
+            opt.zero_grad()
+            d.stop()
+            d.step()
+        return path
+
+    golden = dump(tmp_path / "g", False, 1.0)
+    s = run(dump(tmp_path / "t", True, 1.0), golden, tmp_path / "out")
+    assert [p["first_divergence"] for p in s.pairs] == [None, None], s.pairs
+    assert all(p["counts"]["error"] == 0 for p in s.pairs), s.pairs
+    if level == "mix":  # a real change after the convolutions is still named first
+        s = run(dump(tmp_path / "bug", True, 3.0), golden, tmp_path / "out_bug")
+        assert s.pairs[0]["first_divergence"]["name"] == "Tensor.mul.0.forward", s.pairs[0]["first_divergence"]
+
+
 def test_a_parameter_gradient_is_noise_only_against_the_gradients_it_was_computed_from(tmp_path):
     """A Linear fed unnormalised features has a bias gradient far below its weight gradient: set against the
     weight gradient, a real 1.5x difference in it (a wrong reduction) passed as noise (a review). It is set

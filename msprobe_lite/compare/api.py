@@ -222,7 +222,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     first_error = None    # the first error of any kind: said when no call introduced a divergence
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
     forward_out = 0.0     # the largest output difference of the forward calls judged so far
-    grad_inputs: dict = {}  # module -> (largest magnitude, largest size) of its backward records' inputs so far
+    grad_inputs: dict = {}  # module -> (largest magnitude, largest size, coarsest eps) of its backward records' inputs
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
         # a backward record's place in the code is its forward call's
@@ -236,12 +236,13 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         owner = params_grad_owner(pair.target) if pair.target else None
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
                                            upstream, forward_out if module else None,
-                                           grad_inputs.get(owner, (0.0, 1)))
+                                           grad_inputs.get(owner, (0.0, 1, 0.0)))
         if direction == "forward" and verdict.result != UNMATCHED:
             forward_out = max(forward_out, verdict.out_err)
         elif direction == "backward":  # its module's parameter gradients come after it
-            size, count = grad_inputs.get(base, (0.0, 1))
-            grad_inputs[base] = (max(size, verdict.inputs_size), max(count, verdict.inputs_numel))
+            size, count, eps = grad_inputs.get(base, (0.0, 1, 0.0))
+            grad_inputs[base] = (max(size, verdict.inputs_size), max(count, verdict.inputs_numel),
+                                 max(eps, verdict.eps))
         if pair.target:
             seen_err[(base, direction, index)] = verdict.in_err
             seen_err[base] = max(seen_err.get(base, 0.0), verdict.in_err)

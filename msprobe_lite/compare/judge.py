@@ -68,6 +68,7 @@ class Verdict:
     first_seen: bool = False    # its inputs differ more than any earlier call's outputs (see Judge.judge)
     inputs_size: float = 0.0    # the largest golden magnitude of its floating-point tensor inputs
     inputs_numel: int = 1       # and the largest number of values among them
+    eps: float = 0.0            # the coarsest precision it was judged at
     in_err: float = 0.0
     out_err: float = 0.0
 
@@ -202,12 +203,13 @@ class Judge:
 
     # -- one record pair ---------------------------------------------------------------------------------
     def judge(self, pair, t_dump, g_dump, stack: str = "", inner_eps: float = 0.0, upstream: float = 0.0,
-              explained: float | None = None, grad_inputs: tuple = (0.0, 1)) -> tuple:
+              explained: float | None = None, grad_inputs: tuple = (0.0, 1, 0.0)) -> tuple:
         """(rows, Verdict) for a Pair. `inner_eps`: the coarsest precision of the calls made inside this one
         (a module under autocast computes in bf16 between fp32 inputs and outputs). `upstream`: how much
         what this call also depends on already differs (a backward depends on its forward's inputs).
         `explained` (forward calls): the largest output difference of the forward calls before this one.
-        `grad_inputs` (parameter gradients): (inputs_size, inputs_numel) of their module's backward records."""
+        `grad_inputs` (parameter gradients): (inputs_size, inputs_numel, eps) of their module's backward
+        records."""
         if pair.target is None or pair.golden is None:
             side, name, dump = ("target", pair.target, t_dump) if pair.golden is None else \
                 ("golden", pair.golden, g_dump)
@@ -305,11 +307,15 @@ class Judge:
         # (the gradients of its outputs), which their record does not hold: `grad_inputs` describes them.
         # Where the dump holds none (data_mode ["output"], a `list` of parameter gradients), the largest of
         # the record's own gradients stands in: coarser (a small bias gradient passes as noise more easily).
+        # Their precision is the backward's: under autocast a convolution's backward runs in bf16 and only
+        # its parameter gradients are fp32, so fp32's tolerance would name a bf16 rounding as a divergence.
         gradients = split_name(pair.target)[1] == "backward"
         verdict.inputs_size, verdict.inputs_numel = inputs_size, inputs_numel
+        verdict.eps = max(worst_eps, inner_eps)
         if params_grad_owner(pair.target):
             gradients = True
-            inputs_size, inputs_numel = grad_inputs if grad_inputs[0] else (outputs_size, 1)
+            inputs_size, inputs_numel, backward_eps = grad_inputs if grad_inputs[0] else (outputs_size, 1, 0.0)
+            inner_eps = max(inner_eps, backward_eps)
         tol = TOLERANCE_EPS * max(worst_eps, inner_eps)
         noise = tol * inputs_size
         if noise > 0 and argument_err == 0 and not one_sided and gradients:
