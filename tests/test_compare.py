@@ -633,6 +633,30 @@ def test_a_conv_bias_gradient_under_autocast_is_judged_at_the_backward_precision
         assert s.pairs[0]["first_divergence"]["name"] == "Tensor.mul.0.forward", s.pairs[0]["first_divergence"]
 
 
+def test_a_parameter_gradient_named_first_has_its_modules_place(tmp_path):
+    """A module's parameter gradients have no stack of their own (they are summed over its calls): named as
+    the first divergence, they read with no place in the code (a new user's trial). They now take the place
+    and parents of the module's first call."""
+    def dump(path, doubled):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.Sequential(nn.Tanh(), nn.Linear(8, 3)))
+        if doubled:  # the target doubles one weight gradient: a wrong gradient hook
+            model[1][1].weight.register_hook(lambda g: g * 2)
+        x = torch.randn(4, 6)
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
+        d.start(model=model)
+        model(x).square().mean().backward()
+        d.stop()
+        d.step()
+        return path
+
+    s = run(dump(tmp_path / "t", True), dump(tmp_path / "g", False), tmp_path / "out")
+    first = s.pairs[0]["first_divergence"]
+    assert first["name"] == "Module.1.1.Linear.parameters_grad.0", first
+    assert any("model(x).square().mean().backward()" in line for line in first["stack"]), first["stack"]
+    assert first["parents"] == ["Module.1.Sequential.forward.0"], first["parents"]
+
+
 def test_a_parameter_gradient_is_noise_only_against_the_gradients_it_was_computed_from(tmp_path):
     """A Linear fed unnormalised features has a bias gradient far below its weight gradient: set against the
     weight gradient, a real 1.5x difference in it (a wrong reduction) passed as noise (a review). It is set

@@ -105,6 +105,13 @@ def _parents(dump, name) -> list:
     return chain
 
 
+def _place(name: str) -> str:
+    """The record whose stack and parents say where `name` happened in the code: a backward call's forward
+    call; a module's parameter gradients' first call of the module (they are summed over its calls)."""
+    owner = params_grad_owner(name)
+    return f"{owner}.forward.0" if owner else counterpart(name)
+
+
 def _is_module(name: str) -> bool:
     """A module's (PyTorch) or a cell's (MindSpore) record, not an API call's."""
     return name.startswith(("Module.", "Cell."))
@@ -226,7 +233,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
         # a backward record's place in the code is its forward call's
-        stack = (target.stacks.get(pair.target) or target.stacks.get(counterpart(pair.target)) or []) \
+        stack = (target.stacks.get(pair.target) or target.stacks.get(_place(pair.target)) or []) \
             if pair.target else []
         upstream = max(_upstream(pair.target, seen_err), inside.get(pair.target, 0.0)) if pair.target else 0.0
         base, direction, index = split_name(pair.target) if pair.target else (None, None, None)
@@ -273,7 +280,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         if (first is None and verdict.introduced) or (first_error is None and verdict.result == ERROR) or \
                 (first_seen is None and verdict.first_seen):
             found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
-                     "stack": stack, "parents": _parents(target, pair.target)}
+                     "stack": stack,
+                     "parents": _parents(target, pair.target) or _parents(target, _place(pair.target))}
             if first is None and verdict.introduced:
                 first = found
             if first_error is None and verdict.result == ERROR:
