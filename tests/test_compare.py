@@ -541,7 +541,9 @@ def test_fp32_against_bf16_at_module_level_names_no_call(tmp_path, level):
 
 
 @pytest.mark.parametrize("selection", [{"list": ["mlp"]}, {"data_mode": ["output"]}, {"data_mode": ["input"]},
-                                       {"data_mode": ["forward", "input"]}, {"data_mode": ["backward"]}])
+                                       {"data_mode": ["forward", "input"]}, {"data_mode": ["backward"]},
+                                       {"list": ["Functional.linear.5.forward", "Functional.layer_norm.2.forward"]},
+                                       {"scope": ["Functional.linear.5.forward", "Functional.linear.7.forward"]}])
 def test_a_filtered_dump_pairs_with_an_unfiltered_golden(tmp_path, golden, selection):
     """A dump made with a filter holds the same calls, fewer of them or fewer parts: each pairs with its
     golden call. Before, a `list` filter left the backward parents of the calls inside a filtered-out module
@@ -553,6 +555,11 @@ def test_a_filtered_dump_pairs_with_an_unfiltered_golden(tmp_path, golden, selec
     counts = pair["counts"]
     assert counts["unmatched_target"] == counts["error"] == counts["warning"] == 0, pair
     assert counts["pass"] == len(load(target)["data"]) and pair["first_divergence"] is None
+    # each call with its own golden call: by order, a filtered `linear.5` met the golden's `linear.0` (a trial)
+    with open(pair["result_file"]) as f:
+        rows = list(csv.DictReader(f))
+    paired = [(row["NPU Name"], row["Bench Name"]) for row in rows if row["NPU Name"] and row["Bench Name"]]
+    assert paired and all(t == g for t, g in paired), [(t, g) for t, g in paired if t != g][:3]
     parents, golden_parents = load(target, name="construct.json"), load(golden, name="construct.json")
     assert parents and all(golden_parents[name] == parent for name, parent in parents.items())
 

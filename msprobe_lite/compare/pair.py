@@ -5,7 +5,9 @@ Exact names pair only when the two runs made the same calls. One extra call on o
 by name alone would compare the wrong calls from there on. Instead, each side's calls are grouped by API (or
 module), direction and parent module. Within a group, the two call sequences are aligned by order and
 signature (argument and result shapes, and dtype kind: bf16 and fp32 are both float), using difflib. Calls
-left over are unmatched, and a pair whose names differ is reported as aligned, not exact.
+left over are unmatched, and a pair whose names differ is reported as aligned, not exact. Where one side's
+calls of a group all meet their own names on the other side with the same signatures (a dump filtered by
+`list` or `scope` against a whole one), they pair by name.
 """
 from __future__ import annotations
 
@@ -82,6 +84,20 @@ def _align(t_names, g_names, sig_t, sig_g):
             yield t_names[block.a + i], g_names[block.b + i]
 
 
+def _by_name(t_names, g_names, sig_t, sig_g, rename, rename_golden):
+    """(target, golden) pairs of the same name, when every call of the shorter sequence meets its name on the
+    other side with the same signature: one dump filtered by `list` or `scope` (numbering never depends on
+    a filter, so its calls keep their names) against a whole one. Aligning by order there paired
+    `Functional.linear.6` with the golden's `linear.2`, another layer of the same shapes. None otherwise."""
+    golden = {rename_golden(g): (g, sig) for g, sig in zip(g_names, sig_g)}
+    pairs = []
+    for name, sig in zip(t_names, sig_t):
+        hit = golden.get(rename(name))
+        if hit is not None and hit[1] == sig:
+            pairs.append((name, hit[0]))
+    return pairs if len(pairs) == min(len(t_names), len(g_names)) else None
+
+
 def _same(name):
     return name
 
@@ -124,7 +140,11 @@ def pair_records(target, golden, rename=_same, rename_golden=_same, by_parent: b
         sig_g = [signature(n, golden.rows(n)) for n in g_names]
         if common is not None:
             sig_t, sig_g = _on_roles(sig_t, common), _on_roles(sig_g, common)
-        partner.update(zip(t_names, g_names) if sig_t == sig_g else _align(t_names, g_names, sig_t, sig_g))
+        if sig_t == sig_g:
+            partner.update(zip(t_names, g_names))
+        else:
+            partner.update(_by_name(t_names, g_names, sig_t, sig_g, rename, rename_golden)
+                           or _align(t_names, g_names, sig_t, sig_g))
     paired_golden = {g: t for t, g in partner.items()}
     pairs = []
     index_of = {}
