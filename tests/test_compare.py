@@ -564,6 +564,16 @@ def test_a_filtered_dump_pairs_with_an_unfiltered_golden(tmp_path, golden, selec
     assert parents and all(golden_parents[name] == parent for name, parent in parents.items())
 
 
+def test_dumps_with_no_part_in_common_are_refused(tmp_path, golden):
+    """A target with only outputs against a golden with only inputs (data_mode): every call read as a pass
+    though no tensor was compared (a new user's trial). It is bad input, said as such."""
+    outputs = dump_transformer(tmp_path / "t", statistics={"data_mode": ["output"]})
+    inputs = dump_transformer(tmp_path / "g", statistics={"data_mode": ["input"]})
+    with pytest.raises(CompareError, match="holds only its calls' outputs and the golden only their inputs"):
+        run(outputs, inputs, tmp_path / "out")
+    assert run(outputs, golden, tmp_path / "out2").pairs[0]["counts"]["error"] == 0  # a part in common
+
+
 @pytest.mark.parametrize("data_mode", [["all"], ["output"]])
 def test_a_conv_bias_gradient_before_batchnorm_is_noise_with_or_without_backward_inputs(tmp_path, data_mode):
     """A convolution bias followed by BatchNorm gets a gradient that is zero in exact arithmetic. With the

@@ -204,6 +204,18 @@ def _levels(target_level: str, golden_level: str) -> tuple:
     return said, "L1" not in both
 
 
+def _some_part_in_common(target, golden) -> None:
+    """Dumps made with `data_mode` filters that left them no part in common (one holds only inputs, the other
+    only outputs) have nothing to compare: bad input, said as such. Before, every call read as a pass."""
+    t_roles, g_roles = target.roles(), golden.roles()
+    if t_roles and g_roles and not t_roles & g_roles:
+        def parts(roles):
+            return " and ".join(sorted(f"{role}s" for role in roles))
+        raise CompareError(f"the target dump holds only its calls' {parts(t_roles)} and the golden only their "
+                           f"{parts(g_roles)} (data_mode filters): no part in common to compare (expected two "
+                           f"dumps that both hold inputs or both hold outputs)")
+
+
 def _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, show_progress,
                  workers):
     target, golden = load_dump(target_path, step, rank), load_dump(golden_path, step, rank)
@@ -212,6 +224,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     across = bool(t_names or g_names)  # two frameworks, met in PyTorch's names
     rename_t = (lambda n: t_names.record(rename(n))) if t_names else rename
     note, by_parent = _levels(target.level, golden.level)
+    _some_part_in_common(target, golden)
     pairs = pair_records(target, golden, rename_t, g_names.record if g_names else _as_is, by_parent)
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
     judge = Judge(mode, _tensor_measurer(measured), t_names and t_names.row_tail, g_names and g_names.row_tail)
