@@ -560,6 +560,9 @@ def test_filters_at_l1(tmp_path, cfg, expected):
 @pytest.mark.parametrize("cfg,said", [
     ({"statistics": {"list": ["Functional.linaer.0.forward"]}},
      "no record name matched list ['Functional.linaer.0.forward']"),
+    # one entry misspelt, another matching: the typo was not said (a new user's trial)
+    ({"statistics": {"list": ["relu", "exq", "sin"]}},
+     "list entries ['exq'] matched no record name (the others did; a misspelt name?)"),
     ({"statistics": {"scope": ["Torch.exp.0.forward", "Torch.relu.9.forward"]}},
      "scope's last name 'Torch.relu.9.forward' was not reached: dumped from 'Torch.exp.0.forward' to the end"),
     ({"statistics": {"scope": ["Torch.exq.0.forward", "Torch.relu.0.forward"]}},

@@ -39,7 +39,7 @@ class RecordFilter:
         self._scope_done = False
         self._scope_end_seen = False  # the last name came as a record (a backward one never reaches on_end)
         self._scope_end_early = False  # ... before the first name opened the range
-        self._listed = False          # a record name matched `list` this step
+        self._listed = set()          # the `list` entries a record name matched this step
         self._scoped = set()
         self._scoped_modules = set()  # `Module.path.Class` of module calls in scope: their gradients follow
 
@@ -79,9 +79,13 @@ class RecordFilter:
         direction = direction_of(name)
         in_scope = self._scope_allows(name, direction)  # first: scope membership must not depend on data_mode
         if self.names:  # before data_mode: whether `list` matched anything must not depend on it either
-            if not any(matches_fragment(name, f) for f in self.names):
+            if len(self._listed) < len(self.names):  # which entries match, until each has (a typo is said)
+                matched = [f for f in self.names if matches_fragment(name, f)]
+                self._listed.update(matched)
+            else:
+                matched = any(matches_fragment(name, f) for f in self.names)
+            if not matched:
                 return False
-            self._listed = True
         if direction in (FORWARD, BACKWARD) and direction not in self.directions:
             return False
         if direction == PARAMS_GRAD and BACKWARD not in self.directions:
@@ -104,8 +108,11 @@ class RecordFilter:
         elif self.scope and not self._scope_done:
             found.append(f"scope's last name {self.scope[1]!r} was not reached: dumped from {self.scope[0]!r} "
                          f"to the end of the step")
-        if self.names and not self._listed:
+        missing = [f for f in self.names if f not in self._listed]
+        if self.names and len(missing) == len(self.names):
             found.append(f"no record name matched list {self.names}")
+        elif missing:
+            found.append(f"list entries {missing} matched no record name (the others did; a misspelt name?)")
         return found
 
     def wants_part(self, part: str) -> bool:
