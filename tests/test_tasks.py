@@ -109,6 +109,56 @@ def test_tensor_task_module_level_names(tmp_path):
     assert torch.equal(grad, model.fc1.weight.grad)
 
 
+def _named_files(dump) -> set:
+    """The data_name of every saved tensor in a dump.json's records."""
+    names = set()
+
+    def walk(v):
+        if isinstance(v, dict):
+            if "data_name" in v:
+                names.add(v["data_name"])
+            for item in v.values():
+                walk(item)
+        elif isinstance(v, list):
+            for item in v:
+                walk(item)
+    walk(dump["data"])
+    return names
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_calls_that_raise_leave_no_tensor_files(tmp_path, level):
+    """A module call that raises has no record: its input files were left in the tensor folder, named by no
+    record (a new user's trial, where activation checkpointing's recomputation stops calls early). Every file
+    in the folder is now one that dump.json names."""
+    class Fails(nn.Module):
+        def forward(self, x):
+            raise ValueError("caught by the user")
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fails, self.lin = Fails(), nn.Linear(4, 4)
+            self.block = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+
+        def forward(self, x):
+            try:
+                self.fails(x)
+            except ValueError:
+                pass
+            h = torch.utils.checkpoint.checkpoint(self.block, self.lin(x), use_reentrant=False)
+            return h.sum()
+
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(3, 4)
+    d = debugger(tmp_path, task="tensor", level=level)
+    once(d, lambda: model(x).backward(), model)
+    files = set(os.listdir(rank_dir(tmp_path) / "dump_tensor_data"))
+    named = _named_files(load(tmp_path / "dump"))
+    assert files == named, (sorted(files - named), sorted(named - files))
+    assert not any(f.startswith("Module.fails.") for f in files)
+
+
 def test_statistics_tensor_list_saves_only_named_records(tmp_path):
     x = torch.randn(5)
     d = debugger(tmp_path, statistics={"tensor_list": ["Torch.exp"]})

@@ -253,10 +253,12 @@ class CallRecorder:
 
     def abandon(self, name: str, call: Call | None = None) -> None:
         """A call that raised (the user may catch it) leaves nothing but its used index: no parent in
-        construct.json, no stack, and no backward record from gradients that later reach its inputs (hooked
+        construct.json, no stack, no tensor files, and no backward record from gradients that later reach its inputs (hooked
         before it ran). `call` is None when it was begun without gradients (the C API handler)."""
         self.session.construct.pop(name, None)
         self.session.stacks.unfile(name)
+        if self.session.saving:
+            self.session.abandon_files(name)
         backward = call.backward if call is not None else None
         if backward is not None:
             backward.abandoned = True

@@ -66,6 +66,8 @@ class Session:
         self.counters = {}
         self.construct = {}
         self.pending = []
+        self.tensor_files = {}    # record name -> its tensor files this step (tensor task, tensor_list)
+        self.orphan_files = []    # tensor files of calls that raised: removed once the step's files are written
         self.dirty = False
         self.filter.reset()
         self.stacks.reset()
@@ -233,6 +235,7 @@ class Session:
                 folder = self.folder()
                 writer.write_step(folder, self.header(), records, stacks, construct, data_file, self.prepared.take)
                 self.files.wait()
+                self._remove_orphan_files()
                 self.prepared.written(folder)
                 self.dirty = False
             except OSError as exc:  # the file system's refusal: the user's to fix, said without a traceback
@@ -241,6 +244,19 @@ class Session:
                 # one report for the run (a full disk fails every later step too); the step stays dirty,
                 # so the next stop()/step() of this step tries again, and the previous file stays whole
                 report_failure(f"writing {self.folder()}", exc, site="writing a step")
+
+    def abandon_files(self, name: str) -> None:
+        """The tensor files of the call `name`, which raised (inside the user's `try`, or a checkpoint's
+        recomputation stopped early): it has no record, so its files go too, once written."""
+        self.orphan_files.extend(self.tensor_files.pop(name, ()))
+
+    def _remove_orphan_files(self) -> None:
+        for path in self.orphan_files:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self.orphan_files = []
 
     def write_on_exit(self) -> None:
         """At exit and on SIGTERM: write what the step holds, and remove what was made ahead for nothing.

@@ -275,6 +275,7 @@ class Summarizer:
                     self._snapshots[key] = (weakref.ref(t), version, target)
                 except TypeError:
                     pass
+        self.session.tensor_files.setdefault(record, []).append(target)
         if self.defer:  # keep the (device) copy until the step ends; no transfer now
             self._deferred_files.append((write, target))
         else:
