@@ -564,6 +564,31 @@ def test_a_filtered_dump_pairs_with_an_unfiltered_golden(tmp_path, golden, selec
     assert parents and all(golden_parents[name] == parent for name, parent in parents.items())
 
 
+def test_names_that_meet_in_one_are_paired_by_order_not_by_name():
+    """Pairing by name (filtered dumps) must not pair two target calls with one golden call: across
+    frameworks `Functional.matmul` and `Mint.matmul` both read as `Torch.matmul` (a review)."""
+    from msprobe_lite.compare.frameworks import Translation
+    from msprobe_lite.compare.pair import pair_records
+    from msprobe_lite.compare.rows import Row
+
+    class Dump:
+        def __init__(self, names):
+            self.records, self.parents = {n: None for n in names}, {}
+
+        def roles(self):
+            return frozenset({"input", "output"})
+
+        def rows(self, name):
+            tensor = {"type": "t", "dtype": "float32", "shape": [2, 2]}
+            return [Row(name + ".input.0", "input", tensor), Row(name + ".output.0", "output", tensor)]
+
+    target = Dump(["Functional.matmul.0.forward", "Mint.matmul.0.forward"])
+    golden = Dump([f"Torch.matmul.{i}.forward" for i in range(3)])
+    pairs = pair_records(target, golden, Translation().record, lambda n: n, by_parent=False)
+    partners = [p.golden for p in pairs if p.target]
+    assert partners == ["Torch.matmul.0.forward", "Torch.matmul.1.forward"], pairs
+
+
 def test_dumps_with_no_part_in_common_are_refused(tmp_path, golden):
     """A target with only outputs against a golden with only inputs (data_mode): every call read as a pass
     though no tensor was compared (a new user's trial). It is bad input, said as such."""

@@ -159,6 +159,25 @@ def test_calls_that_raise_leave_no_tensor_files(tmp_path, level):
     assert not any(f.startswith("Module.fails.") for f in files)
 
 
+def test_a_call_that_raises_alone_in_a_window_leaves_no_tensor_files(tmp_path):
+    """The only thing a second start()/stop() window of a step did was a call that raised: the step had
+    nothing new to write, so its flush never came to remove the call's files (a review)."""
+    a = torch.randn(3, 4)
+    d = debugger(tmp_path, task="tensor", level="L1")
+    d.start()
+    torch.relu(a)
+    d.stop()
+    d.start()
+    try:
+        torch.matmul(a, torch.randn(5, 2))
+    except RuntimeError:
+        pass
+    d.stop()
+    d.step()
+    files = set(os.listdir(rank_dir(tmp_path) / "dump_tensor_data"))
+    assert files == _named_files(load(tmp_path / "dump")) and files, files
+
+
 def test_statistics_tensor_list_saves_only_named_records(tmp_path):
     x = torch.randn(5)
     d = debugger(tmp_path, statistics={"tensor_list": ["Torch.exp"]})

@@ -90,9 +90,12 @@ def _by_name(t_names, g_names, sig_t, sig_g, rename, rename_golden):
     a filter, so its calls keep their names) against a whole one. Aligning by order there paired
     `Functional.linear.6` with the golden's `linear.2`, another layer of the same shapes. None otherwise."""
     golden = {rename_golden(g): (g, sig) for g, sig in zip(g_names, sig_g)}
+    t_renamed = [rename(name) for name in t_names]
+    if len(set(t_renamed)) < len(t_renamed) or len(golden) < len(g_names):
+        return None  # names that meet in one (MatMul and BatchMatMul are both Torch.matmul): order decides
     pairs = []
-    for name, sig in zip(t_names, sig_t):
-        hit = golden.get(rename(name))
+    for name, renamed, sig in zip(t_names, t_renamed, sig_t):
+        hit = golden.get(renamed)
         if hit is not None and hit[1] == sig:
             pairs.append((name, hit[0]))
     return pairs if len(pairs) == min(len(t_names), len(g_names)) else None

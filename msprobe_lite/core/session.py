@@ -248,7 +248,10 @@ class Session:
     def abandon_files(self, name: str) -> None:
         """The tensor files of the call `name`, which raised (inside the user's `try`, or a checkpoint's
         recomputation stopped early): it has no record, so its files go too, once written."""
-        self.orphan_files.extend(self.tensor_files.pop(name, ()))
+        files = self.tensor_files.pop(name, ())
+        if files:
+            self.orphan_files.extend(files)
+            self.dirty = True  # so that the step's flush comes and removes them, even with nothing else new
 
     def _remove_orphan_files(self) -> None:
         for path in self.orphan_files:
