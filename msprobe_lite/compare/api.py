@@ -13,7 +13,7 @@ from ..core.naming import counterpart
 from ..core.writer import write_atomic
 from . import report, tensors
 from .frameworks import translations
-from .judge import ERROR, PASS, UNMATCHED, WARNING, Judge, record_eps
+from .judge import ERROR, NO_GRAD_INPUTS, PASS, UNMATCHED, WARNING, Judge, record_eps
 from .metrics import eps_of
 from .pair import pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs, place
@@ -256,11 +256,11 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         owner = params_grad_owner(pair.target) if pair.target else None
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
                                            upstream, forward_out if module else None,
-                                           grad_inputs.get(owner, (0.0, 1, 0.0)))
+                                           grad_inputs.get(owner, NO_GRAD_INPUTS))
         if direction == "forward" and verdict.result != UNMATCHED:
             forward_out = max(forward_out, verdict.out_err)
         elif direction == "backward":  # its module's parameter gradients come after it
-            size, count, eps = grad_inputs.get(base, (0.0, 1, 0.0))
+            size, count, eps = grad_inputs.get(base, NO_GRAD_INPUTS)
             grad_inputs[base] = (max(size, verdict.inputs_size), max(count, verdict.inputs_numel),
                                  max(eps, verdict.eps))
         if pair.target:

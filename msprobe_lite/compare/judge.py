@@ -43,6 +43,9 @@ NOT_DUMPED = "not dumped in %s (it holds no call's rows of this kind: a data_mod
 
 MD5_DIFFERS = "md5 differs"
 
+# a module's backward inputs before any is judged: (largest magnitude, largest size, coarsest eps)
+NO_GRAD_INPUTS = (0.0, 1, 0.0)
+
 HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape"]
 TAIL = ["Result", "Err_message", "NPU_Stack_Info"]
 COLUMNS = {
@@ -203,7 +206,7 @@ class Judge:
 
     # -- one record pair ---------------------------------------------------------------------------------
     def judge(self, pair, t_dump, g_dump, stack: str = "", inner_eps: float = 0.0, upstream: float = 0.0,
-              explained: float | None = None, grad_inputs: tuple = (0.0, 1, 0.0)) -> tuple:
+              explained: float | None = None, grad_inputs: tuple = NO_GRAD_INPUTS) -> tuple:
         """(rows, Verdict) for a Pair. `inner_eps`: the coarsest precision of the calls made inside this one
         (a module under autocast computes in bf16 between fp32 inputs and outputs). `upstream`: how much
         what this call also depends on already differs (a backward depends on its forward's inputs).
@@ -311,19 +314,19 @@ class Judge:
         # its parameter gradients are fp32, so fp32's tolerance would name a bf16 rounding as a divergence.
         gradients = split_name(pair.target)[1] == "backward"
         verdict.inputs_size, verdict.inputs_numel = inputs_size, inputs_numel
-        verdict.eps = max(worst_eps, inner_eps)
+        eps = verdict.eps = max(worst_eps, inner_eps)
         if params_grad_owner(pair.target):
             gradients = True
             inputs_size, inputs_numel, backward_eps = grad_inputs if grad_inputs[0] else (outputs_size, 1, 0.0)
-            inner_eps = max(inner_eps, backward_eps)
-        tol = TOLERANCE_EPS * max(worst_eps, inner_eps)
+            eps = max(eps, backward_eps)
+        tol = TOLERANCE_EPS * eps
         noise = tol * inputs_size
         if noise > 0 and argument_err == 0 and not one_sided and gradients:
             for at, t_obj, g_obj in outputs:
                 floor = noise * math.sqrt(max(inputs_numel / max(numel(g_obj.get("shape")), 1), 1))  # values summed
                 if magnitude(g_obj) < floor and magnitude(t_obj) < floor and errs[OUTPUT][at] != math.inf:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
-        self._decide(verdict, errs, extra, max(worst_eps, inner_eps), t_rows, new_nonfinite, argument_err, one_sided)
+        self._decide(verdict, errs, extra, eps, t_rows, new_nonfinite, argument_err, one_sided)
         # Inputs that differ beyond what every earlier call's outputs explain: the runs parted before this call,
         # in code that no record covers (at L0, what runs between modules), in the input data, or in earlier
         # steps. Without it, an L0 compare of two runs that clearly differ read "9 pass, 0 error".

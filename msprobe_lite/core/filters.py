@@ -80,11 +80,12 @@ class RecordFilter:
         in_scope = self._scope_allows(name, direction)  # first: scope membership must not depend on data_mode
         if self.names:  # before data_mode: whether `list` matched anything must not depend on it either
             if len(self._listed) < len(self.names):  # which entries match, until each has (a typo is said)
-                matched = [f for f in self.names if matches_fragment(name, f)]
-                self._listed.update(matched)
+                matched = {f for f in self.names if matches_fragment(name, f)}
+                self._listed |= matched
+                listed = bool(matched)
             else:
-                matched = any(matches_fragment(name, f) for f in self.names)
-            if not matched:
+                listed = any(matches_fragment(name, f) for f in self.names)
+            if not listed:
                 return False
         if direction in (FORWARD, BACKWARD) and direction not in self.directions:
             return False
