@@ -316,6 +316,34 @@ def test_accumulated_micro_batches_each_get_their_own_gradient(tmp_path, monkeyp
     assert_stats(dump["Tensor.mul.1.backward"]["input"][0], torch.ones(5, 3))
 
 
+@pytest.mark.parametrize("flt", [{"list": ["Functional.linear.0"]},
+                                 {"scope": ["Functional.linear.0.forward", "Functional.linear.0.forward"]}])
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_a_filtered_out_call_still_ends_a_weights_earlier_calls(tmp_path, level, flt):
+    """Micro-batches with the second one's calls filtered out: the kept first call still holds its own
+    micro-batch's weight gradient, as in the unfiltered dump (a filtered-out call that takes the weight ends
+    the earlier calls' places, as a recorded one does; before, the second pass's gradient replaced it)."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 3)
+    xs = [torch.randn(5, 4), torch.randn(5, 4) * 3]
+    w, b = lin.weight.detach().clone().requires_grad_(), lin.bias.detach().clone().requires_grad_()
+    (F.linear(xs[0], w, b) ** 2).sum().backward()  # the first micro-batch's own dL/dW and dL/db
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": level, "statistics": flt}))
+    d = PrecisionDebugger(str(tmp_path / "config.json"))
+    d.start(model=lin)
+    for x in xs:
+        y = lin(x)
+        (y * y).sum().backward()
+    d.stop()
+    d.step()
+    dump = data(tmp_path / "dump")
+    assert "Functional.linear.1.backward" not in dump
+    record = dump["Functional.linear.0.backward"]
+    assert_stats(record["output"][1], w.grad)
+    assert_stats(record["output"][2], b.grad)
+
+
 @pytest.mark.parametrize("route", ["C", "Python"])
 def test_setitem_backward_has_the_gradient_of_its_output(tmp_path, monkeypatch, route):
     """`x[i] = y` returns None; its record's output is x after the assignment, and its backward record's
@@ -904,6 +932,28 @@ def test_a_failing_gradient_place_is_reported_and_the_others_are_filled(tmp_path
     dump = data(tmp_path)
     assert "Torch.tanh.0.backward" not in dump
     assert_stats(dump["Torch.exp.0.backward"]["output"][0], torch.exp(torch.tanh(reference.detach())))
+
+
+@pytest.mark.parametrize("route", ["C", "Python"])
+def test_a_gradient_hook_ends_the_places_of_one_key(tmp_path, monkeypatch, route):
+    """`end(key)` (what a filtered-out call does to the hooks of its inputs) drops that key's places and
+    keeps the others, in the C handler's GradHook as in the Python route's _GradSlot."""
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+    x = torch.linspace(-2.0, 2.0, 6).requires_grad_(True)
+    d = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    d.start()
+    y = torch.tanh(x)
+    torch.exp(y)                          # y's hook: tanh's backward input and exp's backward output
+    (hook,) = [h for h in d.recorder._slots.values() if len(h.places) == 2]
+    assert type(hook).__name__ == ("GradHook" if route == "C" else "_GradSlot")
+    hook.end("output")
+    assert [(b.name, key, i) for b, key, i in hook.places] == [("Torch.tanh.0.backward", "input", 0)]
+    assert not hook.fired
+    d.stop()
+    d.step()
 
 
 @pytest.mark.parametrize("route", ["C", "Python"])

@@ -103,7 +103,12 @@ class _GradSlot:
         self.fired = False   # its gradient came since the places were started
 
     def restart(self, place) -> None:
-        self.places = [p for p in self.places if p[1] != place[1]] + [place]
+        self.end(place[1])
+        self.places.append(place)
+
+    def end(self, key) -> None:
+        """The places of `key` are done with: they keep the gradient that came."""
+        self.places = [p for p in self.places if p[1] != key]
         self.fired = False
 
     def __call__(self, grad):  # the guard is inline: no decorator layer for every gradient
@@ -164,9 +169,13 @@ class CallRecorder:
                 session.construct[name] = parent  # session.set_parent, inline: this runs for every call
             if self.extra:
                 session.stacks.file(name, sys._getframe())  # the debugger's own frames are not in stacks
-        if self.recording_gradients() and (not filtered or session.filter.wants(bwd_name)):
-            with self._quiet():  # reading tensors and hooking them is the debugger's, not the user's
-                self.gradients_before(call, bwd_name, bwd_parent, args, kwargs)
+        if self.recording_gradients():
+            if not filtered or session.filter.wants(bwd_name):
+                with self._quiet():  # reading tensors and hooking them is the debugger's, not the user's
+                    self.gradients_before(call, bwd_name, bwd_parent, args, kwargs)
+            elif self._slots:
+                with self._quiet():
+                    self._end_places(args, kwargs)
         return call
 
     # The gradient half of a call, for begin()/end() and for the C API handler (pytorch/_fast_capture.c).
@@ -179,6 +188,20 @@ class CallRecorder:
         call.bwd_name, call.bwd_parent, call.n_in = bwd_name, bwd_parent, len(inputs)
         if self._always_backward or any(map(self._may_get_grad, inputs)):
             self._hook(self._backward(call), inputs, "output")
+
+    def _end_places(self, args, kwargs) -> None:
+        """A call whose backward a filter leaves out still takes its inputs: as when it is recorded, a tensor
+        (a weight) that a backward pass reached since its hook's places were started ends the places of the
+        calls that took it before (see _GradSlot). Otherwise, with micro-batches, a kept call of the first
+        would get the gradient of the second, whose calls are filtered out."""
+        is_tensor, slots, version_of = self._is_tensor, self._slots, self._version
+        inputs = tensors_in(args, is_tensor, 1)
+        if kwargs:
+            inputs += tensors_in(kwargs, is_tensor, 1)
+        for t in inputs:
+            slot = slots.get(id(t))
+            if slot is not None and slot.fired and slot.version == version_of(t) and slot.tensor() is t:
+                slot.end("output")
 
     def gradients_after(self, call: Call, output) -> None:
         """After the call returned (`gradients_before` ran): its outputs are hooked for its backward `input`."""

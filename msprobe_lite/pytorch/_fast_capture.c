@@ -424,29 +424,32 @@ static int slot_fired(Handler *h, PyObject *slot) {
     return *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[3]) == Py_True;
 }
 
-/* _GradSlot.restart(place): the places of the same key as `place` are done with (they keep the gradient that
-   came); `place` joins the others, and the gradient has not come for them. */
-static int slot_restart(Handler *h, PyObject *slot, PyObject *place) {
+/* _GradSlot.end(key) and _GradSlot.restart(place): the places of `key` (the key of `place`) are done with
+   (they keep the gradient that came); `place`, when given, joins the others, and the gradient has not come for
+   them. */
+static int slot_restart(Handler *h, PyObject *slot, PyObject *key, PyObject *place) {
     int ours = Py_TYPE(slot) == &GradHookType;
     PyObject **at = ours ? &((GradHook *)slot)->places : (PyObject **)((char *)slot + h->grad_slot_slots.offsets[0]);
     PyObject *old = *at ? PySequence_Fast(*at, "a gradient hook's places: expected a list") : PyList_New(0);
     PyObject *list = old ? PyList_New(0) : NULL;
-    if (list == NULL || !PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 3) {
+    if (list == NULL || (place != NULL && (!PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 3))) {
         if (list != NULL)
             PyErr_SetString(PyExc_TypeError, "a gradient hook's place: expected (backward, key, index)");
         Py_XDECREF(old);
         Py_XDECREF(list);
         return -1;
     }
+    if (place != NULL)
+        key = PyTuple_GET_ITEM(place, 1);
     int rc = 0;
     for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(old); i++) {
         PyObject *kept = PySequence_Fast_GET_ITEM(old, i);
         int same = PyTuple_Check(kept) && PyTuple_GET_SIZE(kept) == 3
-                       ? PyObject_RichCompareBool(PyTuple_GET_ITEM(kept, 1), PyTuple_GET_ITEM(place, 1), Py_EQ) : 0;
+                       ? PyObject_RichCompareBool(PyTuple_GET_ITEM(kept, 1), key, Py_EQ) : 0;
         rc = same < 0 ? -1 : same ? 0 : PyList_Append(list, kept);
     }
     Py_DECREF(old);
-    if (rc < 0 || PyList_Append(list, place) < 0) {
+    if (rc < 0 || (place != NULL && PyList_Append(list, place) < 0)) {
         Py_DECREF(list);
         return -1;
     }
@@ -491,7 +494,7 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
             if (same > 0 && slot_view(h, slot, &places, &weak, &seen) && referent_is(weak, t)) {
                 /* yes: one more place for its hook; when a backward pass has brought its gradient since, the
                    places of the same key before are done with (see _GradSlot) */
-                rc = slot_fired(h, slot) ? slot_restart(h, slot, place)
+                rc = slot_fired(h, slot) ? slot_restart(h, slot, NULL, place)
                      : PyList_Check(places) ? PyList_Append(places, place) : -1;
                 if (rc < 0 && !PyErr_Occurred())
                     PyErr_SetString(PyExc_TypeError, "a gradient hook's places: expected a list");
@@ -713,19 +716,24 @@ static PyMemberDef GRAD_HOOK_MEMBERS[] = { /* read-only: CallRecorder._hook read
     {"fired", T_BOOL, offsetof(GradHook, fired), READONLY, "Its gradient came since its places were started."},
     {NULL, 0, 0, 0, NULL}};
 
-static PyObject *GradHook_restart(GradHook *g, PyObject *place) {
+static PyObject *grad_hook_restart(GradHook *g, PyObject *key, PyObject *place) {
     if (g->handler == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the gradient hook was released");
         return NULL;
     }
-    if (slot_restart(g->handler, (PyObject *)g, place) < 0)
+    if (slot_restart(g->handler, (PyObject *)g, key, place) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
+static PyObject *GradHook_restart(GradHook *g, PyObject *place) { return grad_hook_restart(g, NULL, place); }
+
+static PyObject *GradHook_end(GradHook *g, PyObject *key) { return grad_hook_restart(g, key, NULL); }
+
 static PyMethodDef GRAD_HOOK_METHODS[] = {
     {"restart", (PyCFunction)GradHook_restart, METH_O,
      "_GradSlot.restart(place): the places of place's key are done with; place joins the rest."},
+    {"end", (PyCFunction)GradHook_end, METH_O, "_GradSlot.end(key): the places of key are done with."},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject GradHookType = {
