@@ -1,8 +1,10 @@
 """Module-level (L0) dumps of real PyTorch models, checked against values computed in the test."""
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
 
 from helpers import assert_stats, data, load
 from models import make, train
@@ -212,6 +214,45 @@ def test_stack_and_construct(tmp_path):
     q_stack = next(frames for names, frames in stack.values() if "Module.blocks.0.attn.q.Linear.forward.0" in names)
     assert "in forward, \n q, k, v = split(self.q(x))" in q_stack[0]
     assert "models.py" in q_stack[0]
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_construct_names_only_parents_with_records_under_checkpointing(tmp_path, level):
+    """Activation checkpointing's recomputation (use_reentrant=False) stops a recomputed module call once it
+    has what it needs: the call raises and leaves no record. The calls it made before name the nearest call
+    above it that has a record (here none: null), in both directions, not the missing one."""
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.fc = nn.LayerNorm(8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            return x + self.fc(torch.relu(self.ln(x)))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(), Block()])
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = checkpoint(block, x, use_reentrant=False)
+            return x
+
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(4, 8)
+    d = dbg(tmp_path, level=level)
+    d.start(model=model)
+    model(x).sum().backward()
+    d.stop()
+    d.step()
+    construct, dump = load(tmp_path, name="construct.json"), data(tmp_path)
+    assert "Module.blocks.1.Block.forward.1" not in dump      # the stopped recomputation
+    assert "Module.blocks.1.ln.LayerNorm.forward.1" in dump    # what it made before it stopped
+    assert construct["Module.blocks.1.ln.LayerNorm.forward.1"] is None
+    assert construct["Module.blocks.1.ln.LayerNorm.forward.0"] == "Module.blocks.1.Block.forward.0"
+    dangling = {name: parent for name, parent in construct.items() if parent is not None and parent not in dump}
+    assert not dangling, dangling
 
 
 def test_list_of_models_prefixes_index(tmp_path):

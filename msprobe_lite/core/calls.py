@@ -155,7 +155,7 @@ class CallRecorder:
         if filtered:
             session.filter.on_start(name)
         call = Call(name)
-        call.backward_name = bwd_name
+        call.backward_name, call.bwd_parent = bwd_name, bwd_parent
         if not filtered or session.filter.wants(name):
             call.record = record = Record(name)
             save_as = call.save_as = name if session.saving and session.saves_tensors(name) else None
@@ -276,12 +276,20 @@ class CallRecorder:
 
     def abandon(self, name: str, call: Call | None = None) -> None:
         """A call that raised (the user may catch it) leaves nothing but its used index: no parent in
-        construct.json, no stack, no tensor files, and no backward record from gradients that later reach its inputs (hooked
-        before it ran). `call` is None when it was begun without gradients (the C API handler)."""
-        self.session.construct.pop(name, None)
-        self.session.stacks.unfile(name)
-        if self.session.saving:
-            self.session.abandon_files(name)
+        construct.json, no stack, no tensor files, and no backward record from gradients that later reach its
+        inputs (hooked before it ran). The calls it made before it raised (activation checkpointing stops a
+        recomputed module call once it has what it needs) are written with its own parent instead. `call` is
+        None when it was begun without gradients (the C API handler)."""
+        session = self.session
+        parent = session.construct.pop(name, None)
+        if self.parents:
+            session.stand_ins[name] = parent
+            bwd_name = getattr(call, "backward_name", None)  # a call of the C handler may not have it
+            if bwd_name is not None:
+                session.stand_ins[bwd_name] = getattr(call, "bwd_parent", None)
+        session.stacks.unfile(name)
+        if session.saving:
+            session.abandon_files(name)
         backward = call.backward if call is not None else None
         if backward is not None:
             backward.abandoned = True

@@ -65,6 +65,7 @@ class Session:
         self.records = {}
         self.counters = {}
         self.construct = {}
+        self.stand_ins = {}       # a call that raised -> its own parent: the parent its children are written with
         self.pending = []
         self.tensor_files = {}    # record name -> its tensor files this step (tensor task, tensor_list)
         self.orphan_files = []    # tensor files of calls that raised: removed once the step's files are written
@@ -160,6 +161,13 @@ class Session:
     def set_parent(self, name: str, parent) -> None:
         self.construct[name] = parent
 
+    def _stand_in(self, parent):
+        """`parent`, or, when that call raised and left no record (a module call that activation
+        checkpointing's recomputation stops early), the nearest call above it that did not."""
+        while parent in self.stand_ins:
+            parent = self.stand_ins[parent]
+        return parent
+
     def saves_tensors(self, name: str) -> bool:
         """Task tensor saves every dumped tensor; statistics saves those of records named in tensor_list."""
         if not self.saving or self.config.task == "tensor":
@@ -229,6 +237,8 @@ class Session:
                 construct = self.construct if extra else None  # empty at L1: no module hierarchy
                 if construct and overflow:
                     construct = {r.name: self.construct[r.name] for r in records if r.name in self.construct}
+                if construct and self.stand_ins:
+                    construct = {name: self._stand_in(parent) for name, parent in construct.items()}
                 # a backward record's place is its forward call's: stacks are filed for forward records
                 written = {n for r in records for n in (r.name, counterpart(r.name))} if overflow else None
                 stacks = self.stacks.to_json(written) if extra else None
