@@ -30,6 +30,14 @@ def _worker(rank, world, port, config, out):
         work.wait()
         gathered = [torch.zeros(2) for _ in range(world)]
         dist.all_gather(gathered, torch.full((2,), float(rank)))
+        # P2POp accepts only torch's own isend/irecv (an identity check): they are not wrapped, and a
+        # batched exchange made while collecting runs (it raised ValueError before)
+        received = torch.zeros(2)
+        ops = [dist.P2POp(dist.isend, torch.full((2,), float(rank + 5)), 1 - rank),
+               dist.P2POp(dist.irecv, received, 1 - rank)]
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
+        assert received.tolist() == [float(6 - rank)] * 2
         d.stop()
         d.step()
         assert dist.all_reduce is original           # restored at stop()
@@ -47,7 +55,7 @@ def test_collectives_are_recorded_with_buffers_after_the_operation(tmp_path):
         live = torch.load(tmp_path / f"live{rank}.pt", weights_only=True)
         names = [n for n in dump if n.startswith("Distributed.")]
         assert names == ["Distributed.all_reduce.0.forward", "Distributed.all_reduce.1.forward",
-                         "Distributed.all_gather.0.forward"]
+                         "Distributed.all_gather.0.forward", "Distributed.batch_isend_irecv.0.forward"]
         first = dump["Distributed.all_reduce.0.forward"]
         assert_stats(first["input_args"][0], torch.full((3,), float(rank + 1)))
         assert_stats(first["output"][0], live["t"])

@@ -33,7 +33,7 @@ NOT_OPS = re.compile(r"^(_[^_].*|is_.*|dim|ndimension|size|stride|numel|nelement
                      r"int_repr|dequantize)$")
 DISTRIBUTED = ["all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
                "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "broadcast_object_list",
-               "reduce", "gather", "scatter", "send", "recv", "isend", "irecv", "barrier", "batch_isend_irecv"]
+               "reduce", "gather", "scatter", "send", "recv", "barrier", "batch_isend_irecv"]
 
 
 def names(namespace, funcs) -> list:

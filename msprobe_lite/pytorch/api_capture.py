@@ -54,6 +54,11 @@ API_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apis.yaml")
 # Later sections win when two names are the same object (F.conv2d is torch.conv2d): the most specific name.
 SECTIONS = (("tensor", "Tensor", torch.Tensor), ("torch", "Torch", torch), ("functional", "Functional", F))
 OPTIMIZER = "optimizer"
+# Collectives that must stay torch's own objects: `P2POp(op, ...)` checks by identity that `op` is
+# torch.distributed's isend or irecv, so a wrapper in their place breaks the user's batched exchanges.
+# (`batch_isend_irecv` itself is captured.)
+UNWRAPPABLE = {name: "torch.distributed.P2POp accepts only torch's own function" for name in ("isend", "irecv")}
+_said_unwrappable: set = set()
 # The functions that make a version-free alias of a tensor's memory or rebind it (see the module's docstring):
 # `.data` reaches the mode as its getter's and setter's method-wrappers, equal to these
 ALIASES = {name: func for name, func in (
@@ -229,6 +234,12 @@ class ApiCapture(TorchFunctionMode):
         if not (dist.is_available() and dist.is_initialized()):
             return
         for name in self.distributed:
+            if name in UNWRAPPABLE:
+                if name not in _said_unwrappable:
+                    _said_unwrappable.add(name)
+                    log.warning("torch.distributed.%s is in the API list but is not captured: %s", name,
+                                UNWRAPPABLE[name])
+                continue
             original = getattr(dist, name, None)
             if callable(original):
                 self._patched[name] = original
