@@ -79,6 +79,27 @@ def test_inplace_apis_input_before_output_after(tmp_path):
     assert_stats(setitem["output"][0], x)
 
 
+def test_inplace_functions_of_torch_and_functional_are_recorded(tmp_path):
+    """F.relu_, F.leaky_relu_, torch.sigmoid_, torch.clamp_: in-place functions that PyTorch's list of
+    overridable functions leaves out (a new user's trial found them missing from the dump)."""
+    x = torch.linspace(-3.0, 3.0, 7)
+    before = x.clone()
+
+    def program():
+        F.relu_(x)
+        F.leaky_relu_(x, 0.1)
+        torch.sigmoid_(x)
+        torch.clamp_(x, 0.6, 0.9)
+
+    dump, _ = dump_of(tmp_path, program)
+    assert list(dump) == ["Functional.relu_.0.forward", "Functional.leaky_relu_.0.forward",
+                          "Torch.sigmoid_.0.forward", "Torch.clamp_.0.forward"]
+    assert_stats(dump["Functional.relu_.0.forward"]["input_args"][0], before)
+    assert_stats(dump["Functional.relu_.0.forward"]["output"][0], before.relu())
+    assert_stats(dump["Torch.clamp_.0.forward"]["input_args"][0], before.relu().sigmoid())
+    assert_stats(dump["Torch.clamp_.0.forward"]["output"][0], x)
+
+
 @pytest.mark.parametrize("route", ["C", "Python"])
 def test_writes_that_keep_the_version_are_not_hidden_by_the_cache(tmp_path, monkeypatch, route):
     """A tensor's summary is cached for the step by (object, version). Writes through `.data`, through a numpy

@@ -54,11 +54,18 @@ def names(namespace, funcs) -> list:
     return sorted(out)
 
 
+def with_in_place(namespace, found: list) -> list:
+    """`found` plus the in-place form `name_` of each name that has one (F.relu_, torch.sigmoid_):
+    get_overridable_functions() leaves most of them out, though they reach a torch-function mode."""
+    extra = {f"{name}_" for name in found if callable(getattr(namespace, f"{name}_", None))}
+    return sorted(set(found) | {name for name in extra if not NOT_OPS.match(name)})
+
+
 def main() -> None:
     table = get_overridable_functions()
     sections = {
-        "functional": names(F, table[F]),
-        "torch": names(torch, table[torch] + table.get(torch.functional, [])),
+        "functional": with_in_place(F, names(F, table[F])),
+        "torch": with_in_place(torch, names(torch, table[torch] + table.get(torch.functional, []))),
         "tensor": names(torch.Tensor, table[torch.Tensor]),
         "distributed": DISTRIBUTED,
     }
