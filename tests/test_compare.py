@@ -470,6 +470,31 @@ def test_an_argument_passed_by_position_in_one_run_and_by_keyword_in_the_other_i
     assert s.pairs[0]["counts"]["warning"] == 1
 
 
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_a_weight_that_differs_at_the_first_step_is_named(tmp_path, level):
+    """The commonest porting bug: one weight converted wrongly. The module's output differs as much as its
+    parameters, which count as its inputs, so the compare read "all pass" (a new user's trial, with a bias
+    off by 0.01); the first module whose parameters differ more than earlier outputs explain is now named."""
+    def dump(path, bump):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3))
+        with torch.no_grad():
+            model[2].bias[1] += bump
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level=level)
+        d.start(model=model)
+        model(torch.randn(8, 6)).pow(2).mean().backward()
+        d.stop()
+        d.step()
+        return path
+
+    s = run(dump(tmp_path / "t", 0.01), dump(tmp_path / "g", 0.0), tmp_path / "out")
+    (p,) = s.pairs
+    assert p["first_seen"]["name"] == "Module.2.Linear.forward.0", p
+    assert "its parameters differ by" in p["first_seen"]["reason"]
+    s = run(dump(tmp_path / "same", 0.0), tmp_path / "g", tmp_path / "out_same")
+    assert s.pairs[0]["first_seen"] is None and s.pairs[0]["counts"]["warning"] == 0
+
+
 class _Glued(torch.nn.Module):
     """Layers joined by code that no L0 record covers: a clamp between fc1 and fc2."""
 
@@ -504,10 +529,14 @@ def test_a_difference_that_arises_between_modules_is_shown_where_it_is_first_see
     from msprobe_lite.compare.report import console_line
 
     s = run(_train_glued(tmp_path / "t", 0.8), _train_glued(tmp_path / "g", 1.0), tmp_path / "out")
-    for p in s.pairs:
-        assert p["first_divergence"] is None and p["first_seen"]["name"] == "Module.fc2.Linear.forward.0"
-        assert "first difference seen in the inputs of Module.fc2.Linear.forward.0" in console_line(p)
-        assert "inputs already differ by" in p["first_seen"]["reason"] and p["counts"]["warning"] >= 1
+    first, *later = sorted(s.pairs, key=lambda p: p["step"])
+    assert first["first_divergence"] is None and first["first_seen"]["name"] == "Module.fc2.Linear.forward.0"
+    assert "first difference seen in the inputs of Module.fc2.Linear.forward.0" in console_line(first)
+    assert "inputs already differ by" in first["first_seen"]["reason"] and first["counts"]["warning"] >= 1
+    for p in later:  # step 0's updates differed: fc1's weights are the first thing that differs
+        assert p["first_divergence"] is None and p["first_seen"]["name"] == "Module.fc1.Linear.forward.0"
+        assert "its parameters differ by" in p["first_seen"]["reason"]
+        assert "earlier steps updated them differently" in p["first_seen"]["reason"]
     s = run(_train_glued(tmp_path / "same", 1.0), tmp_path / "g", tmp_path / "out_same")
     assert all(p["first_seen"] is None and p["counts"]["warning"] == 0 for p in s.pairs)
 

@@ -242,6 +242,9 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     first_error = None    # the first error of any kind: said when no call introduced a divergence
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
     forward_out = 0.0     # the largest output difference of the forward calls judged so far
+    # module record -> forward_out when the first call inside it was judged (mix: its calls come before it);
+    # what explains a module's inputs and parameters is what ran before it, not inside it
+    before_inside: dict = {}
     grad_inputs: dict = {}  # module -> (largest magnitude, largest size, coarsest eps) of its backward records' inputs
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
@@ -254,8 +257,12 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         # are apart from their inputs (an API's weights are arguments, and differ after a step of drift)
         module = direction == "forward" and _is_module(pair.target)
         owner = params_grad_owner(pair.target) if pair.target else None
+        chain = _parents(target, pair.target) if pair.target else []
+        if direction == "forward":
+            for parent in chain:
+                before_inside.setdefault(parent, forward_out)
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
-                                           upstream, forward_out if module else None,
+                                           upstream, before_inside.get(pair.target, forward_out) if module else None,
                                            grad_inputs.get(owner, NO_GRAD_INPUTS))
         if direction == "forward" and verdict.result != UNMATCHED:
             forward_out = max(forward_out, verdict.out_err)
@@ -267,7 +274,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             seen_err[(base, direction, index)] = verdict.in_err
             seen_err[base] = max(seen_err.get(base, 0.0), verdict.in_err)
             seen_err["*"] = max(seen_err.get("*", 0.0), verdict.in_err)
-            for parent in _parents(target, pair.target):
+            for parent in chain:
                 if inside.get(parent, 0.0) < verdict.in_err:
                     inside[parent] = verdict.in_err
         sink.add(record_rows)

@@ -244,6 +244,7 @@ class Judge:
         inputs_numel = 1     # the largest number of values among them
         outputs = []         # (index in errs[OUTPUT], target, golden) of tensor outputs, statistics mode
         data_err = 0.0       # the largest difference of the tensor inputs that are not the call's parameters
+        param_err = 0.0      # the largest difference of the call's parameters (a module's weights)
         outputs_size = 0.0   # the largest golden magnitude of the floating-point tensor outputs
         # the parts (input, output) each dump holds: a dump made with a `data_mode` filter has one only
         t_roles, g_roles = t_dump.roles(), g_dump.roles()
@@ -270,8 +271,11 @@ class Judge:
                             inputs_size = max(inputs_size, magnitude(g_row.obj))
                             inputs_numel = max(inputs_numel, numel(g_row.shape))
                     errs[t_row.role].append(err)
-                    if t_row.role == INPUT and t_row.is_tensor and not suffix.startswith(".parameters."):
-                        data_err = max(data_err, err)
+                    if t_row.role == INPUT and t_row.is_tensor:
+                        if suffix.startswith(".parameters."):
+                            param_err = max(param_err, err)
+                        else:
+                            data_err = max(data_err, err)
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
                                      f"{_value(t_row.obj)!r} vs {_value(g_row.obj)!r}")
@@ -330,13 +334,24 @@ class Judge:
         # Inputs that differ beyond what every earlier call's outputs explain: the runs parted before this call,
         # in code that no record covers (at L0, what runs between modules), in the input data, or in earlier
         # steps. Without it, an L0 compare of two runs that clearly differ read "9 pass, 0 error".
-        if explained is not None and not verdict.introduced and self.mode != "md5" \
-                and data_err > max(DRIFT_MARGIN * tol, AMPLIFICATION * explained):
-            verdict.first_seen = True
-            verdict.raise_to(WARNING, f"inputs already differ by {_fmt(data_err)} of their magnitude, earlier calls' "
-                                      f"outputs by at most {_fmt(explained)}: the runs parted before this call, in "
-                                      f"code that is not recorded (at L0, between modules), in the input data or "
-                                      f"in earlier steps, or such code amplified a smaller difference")
+        # A module's own parameters that differ likewise: its weights are not the golden's (converted, loaded or
+        # initialised differently: the commonest porting bug), or earlier steps updated them differently. Its
+        # output differs as much, which its inputs explain, so without this a weight changed at step 0 read
+        # "all pass".
+        if explained is not None and not verdict.introduced and self.mode != "md5":
+            floor = max(DRIFT_MARGIN * tol, AMPLIFICATION * explained)
+            if data_err > floor:
+                verdict.first_seen = True
+                verdict.raise_to(WARNING, f"inputs already differ by {_fmt(data_err)} of their magnitude, earlier "
+                                          f"calls' outputs by at most {_fmt(explained)}: the runs parted before this "
+                                          f"call, in code that is not recorded (at L0, between modules), in the input "
+                                          f"data or in earlier steps, or such code amplified a smaller difference")
+            elif param_err > floor:
+                verdict.first_seen = True
+                verdict.raise_to(WARNING, f"its parameters differ by {_fmt(param_err)} of their magnitude, earlier "
+                                          f"calls' outputs by at most {_fmt(explained)}: the weights are not the "
+                                          f"golden's (converted, loaded or initialised differently), or earlier steps "
+                                          f"updated them differently")
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
         self._finish_rows(rows, row_problems, verdict, stack)
