@@ -101,6 +101,41 @@ def test_inplace_functions_of_torch_and_functional_are_recorded(tmp_path):
 
 
 @pytest.mark.parametrize("route", ["C", "Python"])
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_batch_norm_running_statistics_are_seen_after_each_update(tmp_path, monkeypatch, route, task):
+    """batch_norm updates its running statistics in place without moving their version: one BatchNorm
+    called three times in a step showed every later call the statistics of the first (a new user's trial;
+    a filter that left out the first call changed the record). Each call's record holds them as it found
+    them, checked against the running mean tracked here."""
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+    torch.manual_seed(0)
+    bn = nn.BatchNorm1d(4)
+    xs = [torch.randn(8, 4) + k for k in range(3)]
+    means = [torch.zeros(4)]
+    for x in xs:  # momentum 0.1: the running mean each call finds
+        means.append(0.9 * means[-1] + 0.1 * x.mean(0))
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"task": task, "dump_path": str(tmp_path / "dump"), "level": "L1"}))
+    d = PrecisionDebugger(str(tmp_path / "config.json"))
+    d.start()
+    for x in xs:
+        bn(x)
+    d.stop()
+    d.step()
+    dump = data(tmp_path / "dump")
+    for n in range(3):
+        assert_stats(dump[f"Functional.batch_norm.{n}.forward"]["input_args"][1], means[n])
+    if task == "tensor":
+        for n in range(3):
+            entry = dump[f"Functional.batch_norm.{n}.forward"]["input_args"][1]
+            saved = torch.load(tmp_path / "dump" / "step0" / "rank" / "dump_tensor_data" / entry["data_name"])
+            assert torch.allclose(saved, means[n], atol=1e-6), (n, saved, means[n])
+
+
+@pytest.mark.parametrize("route", ["C", "Python"])
 def test_writes_that_keep_the_version_are_not_hidden_by_the_cache(tmp_path, monkeypatch, route):
     """A tensor's summary is cached for the step by (object, version). Writes through `.data`, through a numpy
     array, or a rebinding `t.data = x` leave the version as it was: the next call must still see the new

@@ -297,7 +297,7 @@ class CallRecorder:
     def begin_api(self, key, args, kwargs, modules=None, parent=None) -> Call:
         """An API call, `key` = (prefix, api): records `{prefix}.{api}.{n}.forward` and `.backward`. Its
         parent is `parent` when given, else (mix level) the innermost module call of `modules`."""
-        prefix, api = key
+        prefix, api = key[0], key[1]  # a third item marks an API of api_capture.UNVERSIONED_WRITES
         counters = self.session.counters  # session.next_index, inline
         n = counters.get(key, 0)
         counters[key] = n + 1

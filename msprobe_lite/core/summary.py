@@ -161,9 +161,11 @@ class Summarizer:
         return version
 
     def forget(self, tensors) -> None:
-        """Drop cached summaries of tensors changed without a version bump (collectives write in place)."""
+        """Drop the cached summaries and saved files of tensors changed without a version bump (collectives
+        write in place, batch_norm its running statistics): a later sighting is summarised and saved anew."""
         for t in tensors:
             self._cache.pop(id(t), None)
+            self._snapshots.pop(id(t), None)
 
     # -- entry points (hooks call these) --------------------------------------------------------------------
     # `save_as` (a record name) also saves each tensor to a file named after its place in that record.

@@ -1086,7 +1086,7 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
         return NULL;
     if (!collecting)
         return PyObject_Call(func, args, kwargs);
-    if (!h->fast)
+    if (!h->fast || PyTuple_GET_SIZE(entry) != 2) /* (prefix, api, FORGETS): api_capture.UNVERSIONED_WRITES */
         return call_twin(h, argv, nargs, kwnames);
 
     Py_INCREF(entry); /* the table's, held while Python code runs */

@@ -54,6 +54,14 @@ API_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apis.yaml")
 # Later sections win when two names are the same object (F.conv2d is torch.conv2d): the most specific name.
 SECTIONS = (("tensor", "Tensor", torch.Tensor), ("torch", "Torch", torch), ("functional", "Functional", F))
 OPTIMIZER = "optimizer"
+# APIs that write some of their tensor arguments without moving their version counters: in training,
+# batch_norm updates its running statistics in place and their `_version` stays, so the step's summary cache
+# would show a later call the statistics as they were before. Their entries carry a third item; such calls take
+# the Python route, which forgets their arguments' summaries after the call (forgets, not taints: a ResNet has
+# more BatchNorm layers than the taint list holds storages).
+UNVERSIONED_WRITES = {("Functional", "batch_norm"), ("Torch", "batch_norm"), ("Torch", "native_batch_norm"),
+                      ("Torch", "_native_batch_norm_legit")}
+FORGETS = "forgets its arguments' summaries"
 # Collectives that must stay torch's own objects: `P2POp(op, ...)` checks by identity that `op` is
 # torch.distributed's isend or irecv, so a wrapper in their place breaks the user's batched exchanges.
 # (`batch_isend_irecv` itself is captured.)
@@ -134,6 +142,9 @@ class ApiCapture(TorchFunctionMode):
         self.modules = modules
         table, self.distributed = load_api_list(api_list)
         self.table = dict(table)  # the parsed list is shared by every debugger of the process
+        for func, entry in table.items():
+            if entry in UNVERSIONED_WRITES:
+                self.table[func] = (*entry, FORGETS)
         for name, func in ALIASES.items():
             if func in self.table:
                 log.warning("%s is in the API list but is not captured: it makes an alias of a tensor's memory, "
@@ -209,7 +220,13 @@ class ApiCapture(TorchFunctionMode):
                 self.recorder.end_api(call, entry[1], args, out)
             except Exception as exc:  # noqa: BLE001
                 report_failure("API capture", exc, site="ApiCapture._end")
+        if len(entry) == 3:  # UNVERSIONED_WRITES
+            self._forget_arguments(args, kwargs)
         return out
+
+    @guarded("API capture")
+    def _forget_arguments(self, args, kwargs) -> None:
+        self.summarizer.forget(tensor_leaves((args, kwargs), TorchFramework.is_tensor))
 
     @guarded("API capture")
     def _begin(self, entry, args, kwargs):
