@@ -59,3 +59,48 @@ def test_each_rank_writes_its_own_folder(tmp_path):
 def test_rank_filter_selects_ranks(tmp_path):
     dump = run(tmp_path, ranks=[1])
     assert sorted(p.name for p in (dump / "step0").iterdir()) == ["rank1"]
+
+
+def _ddp_worker(rank, world, port, config, out):
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(4, 6),
+                                                                              torch.nn.Tanh(), torch.nn.Linear(6, 2)))
+        torch.manual_seed(10 + rank)                 # each rank its own batch: local gradients differ
+        x = torch.randn(5, 4)
+        d = PrecisionDebugger(config)
+        d.start(model=model)
+        model(x).pow(2).sum().backward()
+        d.stop()
+        d.step()
+        torch.save({name: p.grad for name, p in model.module.named_parameters()}, os.path.join(out, f"grad{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_parameter_gradients_under_ddp_are_the_averaged_grad(tmp_path):
+    """DistributedDataParallel writes the gradient averaged over ranks into `.grad` once the backward pass
+    ends; parameters_grad was read at accumulation and held each rank's own (a new user's trial: a change on
+    one rank then showed nothing on the other). It is now `.grad` as the optimizer gets it, the same on both
+    ranks."""
+    from helpers import assert_stats
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": "statistics", "level": "L0", "dump_path": str(tmp_path / "dump")}))
+    mp.spawn(_ddp_worker, args=(2, _free_port(), str(config), str(tmp_path)), nprocs=2, join=True)
+    for rank in (0, 1):
+        grads = torch.load(tmp_path / f"grad{rank}.pt", weights_only=True)
+        dump = data(tmp_path / "dump", rank=rank)
+        names = [n for n in dump if ".parameters_grad" in n]
+        assert names, list(dump)
+        for name in names:
+            layer = name.split(".")[2]  # Module.module.<i>.Linear.parameters_grad.0
+            for pname, (entry,) in dump[name].items():
+                assert_stats(entry, grads[f"{layer}.{pname}"])
+    assert data(tmp_path / "dump", rank=0)[names[0]] == data(tmp_path / "dump", rank=1)[names[0]]

@@ -59,7 +59,9 @@ class Framework:
 
     @staticmethod
     def on_param_grad(param, fn):
-        """Call `fn(grad)` with the parameter's gradient once it is final for the step; returns a handle."""
+        """Call `fn(grad)` with the parameter's gradient once it is final for the step; returns a handle. An
+        adapter that reads the gradient after the moment it is accumulated calls `fn.reserve()` (when `fn` has
+        one) at that moment: the record keeps its place in execution order."""
         raise NotImplementedError
 
 

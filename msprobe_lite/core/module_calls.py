@@ -150,16 +150,26 @@ class ModuleHooks:
         session, summarizer = self.session, self.summarizer
 
         @guarded(f"parameter-gradient hook of {record_name}")
-        def on_grad(grad):
-            if not session.step_open or grad is None:
-                return
+        def reserve():
+            """The record, made when the gradient is accumulated (its place in execution order) even where the
+            framework reads the gradient later (`on_param_grad`); None when it is not dumped."""
+            if not session.step_open:
+                return None
             record = session.records.get(record_name)
             if record is None:
                 if not session.filter.wants(record_name):
-                    return
+                    return None
                 record = session.add(Record(record_name))
+            return record
+
+        @guarded(f"parameter-gradient hook of {record_name}")
+        def on_grad(grad):
+            record = reserve() if grad is not None else None
+            if record is None:
+                return
             if session.numbers:
                 save_as = record_name if session.saves_tensors(record_name) else None
                 record.data[pname] = [summarizer.summarize(grad, save_as=save_as, path=(pname,))]
             session.touch()
+        on_grad.reserve = reserve
         return on_grad

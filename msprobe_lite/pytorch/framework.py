@@ -16,6 +16,42 @@ PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _KEYS = itertools.count(-1, -1)  # on_grad's keys in tensors' hook dicts
 
 
+class _AtBackwardEnd:
+    """Reads parameter gradients when the backward pass ends, not as they are accumulated.
+
+    DistributedDataParallel's reducer writes the gradient averaged over ranks into `.grad` in a callback that
+    it queues once the last gradient is ready; read at accumulation, `.grad` held this rank's own gradient,
+    which is not what the optimizer gets. Each accumulation queues a callback that queues the read behind
+    every callback queued by then (the engine runs callbacks queued while it runs them); one read serves all
+    parameters pending. Without DDP the value is the same as at accumulation. A failure here is the
+    debugger's: reported, never raised into the user's backward."""
+
+    def __init__(self):
+        self.pending = []  # (param, fn)
+
+    def add(self, param, fn) -> None:
+        self.pending.append((param, fn))
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._queue_read)
+        except RuntimeError:  # not inside a backward pass (a hook called by hand): read now
+            self._read()
+
+    def _queue_read(self) -> None:
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._read)
+        except Exception as exc:  # noqa: BLE001 - a callback's exception would end the user's backward
+            from ..core.safety import report_failure
+            report_failure("parameter gradients", exc, site="_AtBackwardEnd")
+
+    def _read(self) -> None:
+        pending, self.pending = self.pending, []
+        for param, fn in pending:
+            fn(param.grad)  # guarded by the caller (module_calls._param_hook)
+
+
+_AT_BACKWARD_END = _AtBackwardEnd()
+
+
 class _HookHandle:
     """Removes one hook that `TorchFramework.on_grad` put into a tensor's hook dict."""
 
@@ -74,7 +110,14 @@ class TorchFramework(Framework):
 
     @staticmethod
     def on_param_grad(param, fn):
-        """After accumulation into `.grad`: what the optimizer will use, summed over micro-batches."""
+        """`.grad` at the end of the backward pass that accumulated into it: what the optimizer will use,
+        summed over micro-batches and, under DistributedDataParallel, averaged over ranks."""
         if not param.requires_grad:
             return NoHandle
-        return param.register_post_accumulate_grad_hook(lambda p: fn(p.grad))
+        reserve = getattr(fn, "reserve", None)  # its record now, in execution order; the values at the end
+
+        def accumulated(p):
+            if reserve is not None:
+                reserve()
+            _AT_BACKWARD_END.add(p, fn)
+        return param.register_post_accumulate_grad_hook(accumulated)
