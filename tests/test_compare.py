@@ -1019,3 +1019,33 @@ def test_dtype_spellings_of_both_frameworks_are_the_same_dtype():
                                    "Mean": 2.0, "Norm": 3.2})
     _, err, problems = Judge("statistics")._row(t, g, None, None)
     assert err == 0 and problems == []
+
+
+def test_tensors_the_debugger_could_not_read_are_said_not_fatal(tmp_path):
+    """A tensor the framework refused to read when it was dumped (MindSpore without a CPU kernel) is written
+    with null dtype, shape and statistics: compare refused the whole dump ("shape is None"), even against
+    itself. One whose statistics failed (all null) passed against real values, unsaid. Both are now rows
+    that are not compared, with a warning that says why (a new user's trial)."""
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))
+
+    x = torch.randn(5, 4)
+    golden = dump_step(tmp_path / "g", model(), x)
+    target = dump_step(tmp_path / "t", model(), x)
+    path = target / "step0" / "rank" / "dump.json"
+    dump = json.loads(path.read_text())
+    unread = dump["data"]["Module.1.Tanh.forward.0"]["output"][0]
+    unread.update(dtype=None, shape=None, Max=None, Min=None, Mean=None, Norm=None)
+    failed = dump["data"]["Module.2.Linear.forward.0"]["input_args"][0]
+    failed.update(Max=None, Min=None, Mean=None, Norm=None)
+    path.write_text(json.dumps(dump))
+    for t, g in ((target, golden), (target, target)):
+        s = run(t, g, tmp_path / "out")
+        (p,) = s.pairs
+        assert p["counts"]["error"] == 0 and p["counts"]["unmatched_target"] == 0, (p["counts"], p["first_error"])
+        rows = {r["NPU Name"]: r for r in csv.DictReader(open(p["result_file"]))}
+        assert "could not be read when it was dumped" in rows["Module.1.Tanh.forward.0.output.0"]["Err_message"]
+        if g == golden:
+            assert "statistics missing in the target" in rows["Module.2.Linear.forward.0.input.0"]["Err_message"]
+            assert rows["Module.2.Linear.forward.0.input.0"]["Result"] == "warning"

@@ -163,6 +163,9 @@ class Judge:
                 err = math.inf if not isinstance(tv, (int, float)) or not isinstance(gv, (int, float)) \
                     else (abs(tv - gv) / abs(gv) if gv else math.inf)
             return out, err, problems
+        if t_row.shape is None or g_row.shape is None:  # not read when dumped (a framework error at the time)
+            sides = [side for side, row in (("target", t_row), ("golden", g_row)) if row.shape is None]
+            return out, 0.0, [f"the {' and '.join(sides)} tensor could not be read when it was dumped: not compared"]
         if t_row.shape != g_row.shape and list(t_row.shape or []) != list(g_row.shape or []):
             return out, math.inf, [f"shape differs: {t_row.shape} vs {g_row.shape}"]
         # a float of another width is the precision under test, an integer of another width (MindSpore's
@@ -174,6 +177,9 @@ class Judge:
             diffs, rels, err = stat_measures(t, g)
             out.update(zip(_DIFF_COLUMNS, diffs))
             out.update(zip(_REL_COLUMNS, rels))
+            missing = [side for side, obj in (("target", t), ("golden", g)) if all(obj.get(k) is None for k in STATS)]
+            if len(missing) == 1:  # its statistics failed when it was dumped (the other side has them)
+                problems.append(f"statistics missing in the {missing[0]}: not compared")
         elif self.mode == "md5":
             out["NPU MD5"], out["BENCH MD5"] = t.get("md5"), g.get("md5")
             if t.get("md5") is None or g.get("md5") is None:

@@ -58,7 +58,7 @@ def signature(name: str, rows) -> tuple:
     (PyTorch's `F.relu` passes `inplace=False`, MSAdapter's does not), and a call whose scalar differs is
     better paired and judged ("argument differs") than left unmatched."""
     params = name + ".parameters."
-    return tuple((row.role, tuple(row.shape), dtype_kind(row.dtype))
+    return tuple((row.role, None if row.shape is None else tuple(row.shape), dtype_kind(row.dtype))
                  for row in rows if row.is_tensor and not row.name.startswith(params))
 
 
@@ -99,6 +99,15 @@ def _by_name(t_names, g_names, sig_t, sig_g, rename, rename_golden):
         if hit is not None and hit[1] == sig:
             pairs.append((name, hit[0]))
     return pairs if len(pairs) == min(len(t_names), len(g_names)) else None
+
+
+def _fill_unread(sigs: list, others: list) -> None:
+    """A tensor that could not be read when it was dumped (shape None) has no shape to pair by: where the
+    other side's call of the same place in the group agrees on everything else, it takes that call's."""
+    for i, sig in enumerate(sigs):
+        if i < len(others) and len(sig) == len(others[i]) and any(part[1] is None for part in sig) and all(
+                a == b or (a[1] is None and a[0] == b[0]) for a, b in zip(sig, others[i])):
+            sigs[i] = others[i]
 
 
 def _same(name):
@@ -143,6 +152,8 @@ def pair_records(target, golden, rename=_same, rename_golden=_same, by_parent: b
         sig_g = [signature(n, golden.rows(n)) for n in g_names]
         if common is not None:
             sig_t, sig_g = _on_roles(sig_t, common), _on_roles(sig_g, common)
+        _fill_unread(sig_t, sig_g)
+        _fill_unread(sig_g, sig_t)
         if sig_t == sig_g:
             partner.update(zip(t_names, g_names))
         else:
