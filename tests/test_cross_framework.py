@@ -44,11 +44,15 @@ def test_same_network_in_both_frameworks_pairs_and_passes(tmp_path, kind, direct
     assert counts["pass"] == n_records and n_records >= 8   # forward, backward, parameter gradients
 
 
-def test_mix_level_pairs_cells_and_apis_across_frameworks(tmp_path):
-    ms_dump, pt_dump = dump_both(tmp_path, "mlp", level="mix")
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_api_levels_pair_across_frameworks_without_warnings(tmp_path, level):
+    """The same network: no call is a warning. A scalar argument that one framework's API passes and the
+    other's does not (F.relu's inplace, cross_entropy's settings by position or by keyword) stays an
+    unmatched row; it made the call a warning (a new user's trial: "3 warning" for an identical port)."""
+    ms_dump, pt_dump = dump_both(tmp_path, "mlp", level=level)
     summary = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out"), quiet=True)
     counts = summary.pairs[0]["counts"]
-    assert counts["error"] == 0 and counts["pass"] >= 12, counts
+    assert counts["error"] == counts["warning"] == 0 and counts["pass"] >= (12 if level == "mix" else 4), counts
     assert summary.pairs[0]["first_divergence"] is None
 
 
