@@ -63,7 +63,14 @@ class PrecisionDebugger:
 
     def _chosen(self, model=None):
         if self._debugger is None:
-            framework = _framework_of(model) or _imported_framework() or "pytorch"
+            framework = _framework_of(model) or _imported_framework()
+            if framework is None:  # both imported (neither: PyTorch's adapter says it is missing)
+                framework = "pytorch"
+                if "mindspore" in sys.modules:
+                    from .core.safety import log
+                    log.warning("PyTorch and MindSpore are both imported and start() got no model: dumping "
+                                "PyTorch's calls. To dump MindSpore's, pass framework='mindspore' to "
+                                "PrecisionDebugger (or the network to start())")
             config_path, task, dump_path, level, step = self._args
             self._debugger = _adapter(framework)(config_path, task=task, dump_path=dump_path, level=level,
                                                  step=step)

@@ -430,6 +430,20 @@ def test_top_level_debugger_picks_mindspore_from_the_model(tmp_path):
     assert isinstance(explicit, PrecisionDebugger)
 
 
+def test_top_level_debugger_says_which_framework_it_took_without_a_model(tmp_path, caplog):
+    """Both frameworks imported (this test process has both) and start() without a model: PyTorch's calls are
+    dumped, and the log says so and how to pick MindSpore (a MindSpore user's L1 run dumped nothing, unsaid)."""
+    import torch  # noqa: F401  (imported: both frameworks are)
+
+    debugger = msprobe_lite.PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        debugger.start()
+    debugger.stop()
+    debugger.step()
+    assert any("both imported" in r.getMessage() and "framework='mindspore'" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
 @pytest.mark.parametrize("values,dtype", [
     (np.random.RandomState(0).randn(3, 5), ms.float32), (np.random.RandomState(1).randn(7), ms.float16),
     (np.random.RandomState(2).randn(4, 4), ms.bfloat16), (np.random.RandomState(3).randn(6), ms.float64),
