@@ -430,6 +430,23 @@ def test_top_level_debugger_picks_mindspore_from_the_model(tmp_path):
     assert isinstance(explicit, PrecisionDebugger)
 
 
+def test_a_filter_warning_gives_example_names_of_mindspore(tmp_path, caplog):
+    """A list entry that matches nothing: the warning's example names are MindSpore's (they were PyTorch's,
+    the wrong vocabulary for someone porting a PyTorch config)."""
+    net, x = ms_models.make("mlp")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": "statistics", "level": "L0", "dump_path": str(tmp_path / "dump"),
+                                  "statistics": {"list": ["Module.fc1.Linear.forward.0"]}}))
+    debugger = msprobe_lite.PrecisionDebugger(str(config))
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        debugger.start(net)
+        net(x)
+        debugger.stop()
+        debugger.step()
+    said = [r.getMessage() for r in caplog.records if "matched" in r.getMessage()]
+    assert said and "Cell.fc1.Dense.forward.0" in said[0] and "Module.fc1.Linear" in said[0], said
+
+
 def test_top_level_debugger_says_which_framework_it_took_without_a_model(tmp_path, caplog):
     """Both frameworks imported (this test process has both) and start() without a model: PyTorch's calls are
     dumped, and the log says so and how to pick MindSpore (a MindSpore user's L1 run dumped nothing, unsaid)."""

@@ -22,6 +22,11 @@ from .safety import log, report_failure, report_unwritable
 from .stacks import StackCollector
 
 
+# record names to show in a filter's warning, in the vocabulary of the framework dumped
+NAME_EXAMPLES = {"pytorch": "Functional.linear.0.forward or Module.fc1.Linear.forward.0",
+                 "mindspore": "Functional.matmul.0.forward or Cell.fc1.Dense.forward.0"}
+
+
 class Session:
     """One run of the debugger (one PrecisionDebugger).
 
@@ -136,8 +141,8 @@ class Session:
         for what in self.filter.unmatched():
             if what not in self._said_filters:
                 self._said_filters.add(what)
-                log.warning("step %d: %s (names as in a dump made without the filter, such as "
-                            "Functional.linear.0.forward or Module.fc1.Linear.forward.0)", self.step, what)
+                log.warning("step %d: %s (names as in a dump made without the filter, such as %s)", self.step,
+                            what, NAME_EXAMPLES.get(self.framework, NAME_EXAMPLES["pytorch"]))
 
     # -- used by hooks ---------------------------------------------------------------------------------------
     # CallRecorder (calls.py) and the C API handler (pytorch/_fast_capture.c) do what next_index, add and
