@@ -32,6 +32,8 @@ def _worker(rank, world, port, config, out):
         dist.all_gather(gathered, torch.full((2,), float(rank)))
         # P2POp accepts only torch's own isend/irecv (an identity check): they are not wrapped, and a
         # batched exchange made while collecting runs (it raised ValueError before)
+        by_keyword = torch.full((2,), float(rank + 1))
+        dist.all_reduce(tensor=by_keyword)           # its buffer is in the output too (it was empty)
         received = torch.zeros(2)
         ops = [dist.P2POp(dist.isend, torch.full((2,), float(rank + 5)), 1 - rank),
                dist.P2POp(dist.irecv, received, 1 - rank)]
@@ -41,7 +43,7 @@ def _worker(rank, world, port, config, out):
         d.stop()
         d.step()
         assert dist.all_reduce is original           # restored at stop()
-        torch.save({"t": t, "u": u, "g": gathered}, os.path.join(out, f"live{rank}.pt"))
+        torch.save({"t": t, "u": u, "g": gathered, "k": by_keyword}, os.path.join(out, f"live{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -55,7 +57,10 @@ def test_collectives_are_recorded_with_buffers_after_the_operation(tmp_path):
         live = torch.load(tmp_path / f"live{rank}.pt", weights_only=True)
         names = [n for n in dump if n.startswith("Distributed.")]
         assert names == ["Distributed.all_reduce.0.forward", "Distributed.all_reduce.1.forward",
-                         "Distributed.all_gather.0.forward", "Distributed.batch_isend_irecv.0.forward"]
+                         "Distributed.all_gather.0.forward", "Distributed.all_reduce.2.forward",
+                         "Distributed.batch_isend_irecv.0.forward"]
+        assert_stats(dump["Distributed.all_reduce.2.forward"]["output"][0], live["k"])
+        assert dump["Distributed.all_reduce.2.forward"]["output"][0]["Max"] == 3.0
         first = dump["Distributed.all_reduce.0.forward"]
         assert_stats(first["input_args"][0], torch.full((3,), float(rank + 1)))
         assert_stats(first["output"][0], live["t"])

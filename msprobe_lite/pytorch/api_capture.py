@@ -293,7 +293,10 @@ class ApiCapture(TorchFunctionMode):
                 if session.step != step or not session.step_open:
                     return
                 self.summarizer.forget(tensor_leaves((args, kwargs), TorchFramework.is_tensor))  # changed in place
-                self.recorder.end(call, None, recorded_output=list(args))
+                # the buffers after the operation: the positional arguments, then the keyword arguments that
+                # hold tensors (all_reduce(tensor=t), gather(t, gather_list=g))
+                written = [v for v in kwargs.values() if tensor_leaves(v, TorchFramework.is_tensor)]
+                self.recorder.end(call, None, recorded_output=list(args) + written)
 
         future = getattr(result, "get_future", None)
         if callable(future):
