@@ -172,4 +172,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # argparse exits on --help (0) and on bad arguments (2)
         return int(exit_.code or 0)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except BrokenPipeError:  # `msprobe-lite compare ... | head -1`: the reader left; no traceback for it
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush of stdout at exit would raise again
+        return 128 + 13  # as a command killed by SIGPIPE

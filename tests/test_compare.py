@@ -1049,3 +1049,22 @@ def test_tensors_the_debugger_could_not_read_are_said_not_fatal(tmp_path):
         if g == golden:
             assert "statistics missing in the target" in rows["Module.2.Linear.forward.0.input.0"]["Err_message"]
             assert rows["Module.2.Linear.forward.0.input.0"]["Result"] == "warning"
+
+
+def test_compare_piped_into_a_reader_that_leaves_early_ends_without_a_traceback(tmp_path):
+    """`msprobe-lite compare ... | head -1` ended in a BrokenPipeError traceback (a new user's trial)."""
+    import subprocess
+    import sys
+
+    def model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 3), nn.Tanh())
+
+    x = torch.randn(5, 4)
+    target, golden = dump_step(tmp_path / "t", model(), x), dump_step(tmp_path / "g", model(), x)
+    process = subprocess.Popen([sys.executable, "-m", "msprobe_lite", "compare", "-tp", str(target), "-gp",
+                                str(golden), "-o", str(tmp_path / "out")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # the reader leaves before the first line
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) in (0, 141) and "Traceback" not in err, err
