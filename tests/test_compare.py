@@ -977,7 +977,9 @@ def test_overflow_check_command(tmp_path, capsys):
     first = result["ranks"][0]["first_overflow"]
     assert first["name"] == "Torch.matmul.0.forward"
     assert first["parents"][0] == "Module.blocks.0.attn.Attention.forward.0"
-    assert "first overflow: Torch.matmul.0.forward" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "first overflow: Torch.matmul.0.forward" in out
+    assert "rank None" not in out  # a single-process run's place is its step (it read "rank None")
 
 
 def test_xlsx_highlights_and_several_steps_in_parallel(tmp_path):

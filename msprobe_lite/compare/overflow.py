@@ -6,7 +6,7 @@ import os
 
 from ..core.writer import make_dirs, write_atomic
 from .metrics import finite
-from .read import DumpError, load_dump, resolve
+from .read import DumpError, load_dump, place, resolve
 from .rows import INPUT, OUTPUT
 
 
@@ -30,7 +30,7 @@ def analyse(path: str, output_dir: str | None = None, quiet: bool = False) -> di
         found = first_overflow(load_dump(dump_json, step, rank))
         result["ranks"].append({"step": step, "rank": rank, "dump": dump_json, "first_overflow": found})
         if not quiet:
-            where = f"step {step} rank {rank}"
+            where = place(step, rank)  # `step 0`, not `step 0 rank None`, for a single-process run
             if found:
                 at = f" at {found['stack'][0]}".replace(", \n ", ": ") if found["stack"] else ""
                 print(f"[{where}] first overflow: {found['name']} ({', '.join(found['outputs'])}){at}")
