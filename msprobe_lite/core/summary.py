@@ -237,8 +237,9 @@ class Summarizer:
         """A tensor whose statistics cannot be computed (a sparse, quantized or nested tensor, a wrapper
         subclass, a dtype without kernels): reported once, and recorded with what is known and no statistics,
         so the call's record, and the rest of the step, are kept."""
-        report_failure(f"statistics of a {type(t).__module__}.{type(t).__qualname__}", exc,
-                       site="tensor statistics")
+        kind = type(t)  # MindSpore makes Parameter's class at run time: its module reads "abc"
+        name = kind.__qualname__ if kind.__module__ in ("abc", "builtins") else f"{kind.__module__}.{kind.__qualname__}"
+        report_failure(f"statistics of a tensor of type {name}", exc, site="tensor statistics")
 
         def known(get):
             try:
