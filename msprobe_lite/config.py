@@ -466,7 +466,9 @@ def load_config(config_path: Union[str, os.PathLike, None] = None, *, task: Opti
         dump_path = os.fspath(dump_path)
     overrides = {key: value for key, value in
                  (("task", task), ("dump_path", dump_path), ("level", level), ("step", step)) if value is not None}
-    return _validate({**_read_json(path), **overrides}, str(path), overrides)
+    # without a file of the user's, the source said is the arguments over the packaged defaults
+    source = str(path) if config_path is not None else f"the arguments (over the defaults of {path})"
+    return _validate({**_read_json(path), **overrides}, source, overrides)
 
 
 def _inline(node: Any, defs: Mapping[str, Any]) -> Any:

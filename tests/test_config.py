@@ -258,6 +258,9 @@ def test_override_errors_name_the_argument(tmp_path):
     paths = {p.path for p in error.problems}
     assert paths == {"step[1] (argument)", "task (argument)", "level"}
     assert "step[1] (argument): got -1" in str(error)
+    with pytest.raises(ConfigError) as caught:  # no file of the user's: the arguments are the source said
+        load_config(level="L9", dump_path=str(tmp_path))
+    assert str(caught.value).startswith("Invalid msprobe_lite config from the arguments (over the defaults of ")
 
 
 # ------------------------------------------------------------------------------------------ files
