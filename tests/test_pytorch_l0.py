@@ -294,6 +294,19 @@ def test_missing_model_at_module_level_is_a_clear_error(tmp_path):
         raise AssertionError("expected ValueError")
 
 
+def test_a_wrong_model_is_a_clear_error_and_a_leaf_model_is_said(tmp_path, caplog):
+    """start(a function) raised inside the debugger and was logged as its own internal failure, then nothing
+    was dumped; start(a leaf module such as a loss) dumped nothing, unsaid (a new user's trial)."""
+    d = dbg(tmp_path)
+    with pytest.raises(TypeError, match="expects a torch.nn.modules.module.Module .* got function"):
+        d.start(model=lambda x: x)
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        d.start(model=nn.CrossEntropyLoss())
+    d.stop()
+    d.step()
+    assert any("has no modules inside it" in r.getMessage() for r in caplog.records)
+
+
 def test_stop_before_backward_then_step_collects_backward(tmp_path):
     model, x, _ = make("mlp")
     d = dbg(tmp_path)

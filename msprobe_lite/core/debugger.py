@@ -86,6 +86,7 @@ class Debugger:
         if self.config.level in MODULE_LEVELS:
             if model is None:
                 raise ValueError(f"level {self.config.level!r} dumps modules: call start(model=your_model)")
+            self.modules.check(model)  # a wrong argument is the user's to see, as a missing one is
             self._attach(model)
         self._start()
 

@@ -17,7 +17,7 @@ import weakref
 from .calls import Call
 from .naming import BACKWARD, FORWARD, module_record, params_grad_record
 from .records import Record
-from .safety import guarded, report_failure
+from .safety import guarded, log, report_failure
 
 
 class ModuleHooks:
@@ -47,22 +47,35 @@ class ModuleHooks:
         return stack[-1] if stack else None
 
     # -- installing ----------------------------------------------------------------------------------------
-    def attach(self, model) -> None:
+    def check(self, model) -> list:
+        """The models of `start(model)` (one, or a list/tuple); TypeError, the user's to see, for anything
+        else (a function, a loss object of another framework)."""
         models = list(model) if isinstance(model, (list, tuple)) else [model]
         expected = self.framework.module_type
-        for index, root in enumerate(models):
+        for root in models:
             if not isinstance(root, expected):
                 raise TypeError(f"start(model=...) expects a {expected.__module__}.{expected.__name__} or a "
                                 f"list/tuple of them, got {type(root).__name__}")
+        return models
+
+    def attach(self, model) -> None:
+        models = self.check(model)
+        for index, root in enumerate(models):
             if root in self._hooked:
                 continue
             prefix = f"{index}." if len(models) > 1 else ""
+            inner = 0
             for path, module in self.framework.submodules(root):
                 if module is not root:
+                    inner += 1
                     try:
                         self._hook_module(module, prefix + path)
                     except Exception as exc:  # noqa: BLE001 - one odd module must not leave the rest unhooked
                         report_failure(f"hooking {prefix + path}", exc, site="hooking a module")
+            if not inner:
+                log.warning("start(model): the %s has no modules inside it, and module records are of the modules "
+                            "inside the model given (not of the model itself): it gives none. Pass the network "
+                            "that holds it", type(root).__name__)
             self._hooked.add(root)
 
     def detach(self) -> None:
