@@ -57,7 +57,6 @@ class Debugger:
         self.apis = self.make_api_capture() if level in API_LEVELS else None
         self.saver = DebugSaver(self.session, self.summarizer, self.recorder)
         self._warned_save = False
-        log.info("dumping task=%s level=%s to %s", self.config.task, self.config.level, self.config.dump_path)
         _warn_once_without_c_routes(self.c_routes())
 
     # -- what an adapter provides ---------------------------------------------------------------------------

@@ -52,6 +52,7 @@ class Session:
         self.step_open = False            # between start() and step(): backward still recorded
         self.finished = False             # past the last selected step: nothing more, ever
         self.thread = None                # the thread that called start(): module calls of others are not ours
+        self._said_dumping = False
         self._warned_rank = False
         self._lock = threading.RLock()
         self.files = writer.FileQueue()    # tensor files, written off the training thread
@@ -92,6 +93,10 @@ class Session:
 
     def _rank_selected(self) -> bool:
         if self._selects(self.rank):
+            if not self._said_dumping:  # said once this process dumps: not by a debugger never started, nor
+                self._said_dumping = True  # by a rank the config leaves out (that one says so below)
+                log.info("dumping task=%s level=%s to %s", self.config.task, self.config.level,
+                         self.config.dump_path)
             return True
         selection = self.config.rank
         if not self._warned_rank:
