@@ -1,6 +1,8 @@
 """Module-level (L0) dumps of real PyTorch models, checked against values computed in the test."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn as nn
@@ -317,3 +319,87 @@ def test_stop_before_backward_then_step_collects_backward(tmp_path):
     out.backward()
     d.step()
     assert "Module.fc1.Linear.backward.0" in data(tmp_path)
+
+
+def test_parameter_gradients_stay_when_backward_raises_or_a_hook_frees_them(tmp_path):
+    """parameters_grad is read again when the backward pass ends (DDP averages .grad then); the value as
+    accumulated stays when that end never comes (anomaly detection stops a backward that made NaN) and when
+    a hook of the user's frees .grad (an optimizer step in backward). A review found both records lost."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(4, 4), nn.Linear(4, 2)
+
+        def forward(self, x):
+            h = self.fc1(x)
+            return self.fc2(torch.sqrt(h - h.detach()))  # 0 forward, NaN in the backward of the sqrt
+
+    torch.manual_seed(0)
+    net = Net()
+    d = dbg(tmp_path / "anomaly")
+    d.start(model=net)
+    with pytest.raises(RuntimeError, match="nan"):
+        with torch.autograd.detect_anomaly(check_nan=True):
+            net(torch.randn(3, 4)).sum().backward()
+    d.stop()
+    d.step()
+    assert_stats(data(tmp_path / "anomaly")["Module.fc2.Linear.parameters_grad.0"]["weight"][0], net.fc2.weight.grad)
+
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    d = dbg(tmp_path / "freed")
+    d.start(model=mlp)
+    seen = {}
+
+    def step_in_backward(p):
+        seen[p] = p.grad.clone()
+        p.grad = None
+    for p in mlp.parameters():
+        p.register_post_accumulate_grad_hook(step_in_backward)
+    mlp(torch.randn(3, 4)).sum().backward()
+    d.stop()
+    d.step()
+    dump = data(tmp_path / "freed")
+    assert_stats(dump["Module.2.Linear.parameters_grad.0"]["weight"][0], seen[mlp[2].weight])
+    assert_stats(dump["Module.0.Linear.parameters_grad.0"]["bias"][0], seen[mlp[0].bias])
+
+
+def test_a_filtered_out_call_that_raises_gives_its_kept_calls_its_parent(tmp_path):
+    """A call left out by a `list` filter that raised: the kept calls inside it were written with no parent,
+    where the unfiltered dump names the call above it (a review)."""
+    class Inner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            self.fc(x)
+            raise ValueError("an early exit the caller catches")
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner, self.head = Inner(), nn.Linear(4, 4)
+
+        def forward(self, x):
+            try:
+                self.inner(x)
+            except ValueError:
+                pass
+            return self.head(x)
+
+    net = nn.Sequential(Outer())
+    parents = []
+    for name, selection in (("all", []), ("list", ["inner.fc"])):
+        d = PrecisionDebugger(dump_path=str(tmp_path / name), task="statistics", level="L0")
+        if selection:
+            (tmp_path / "c.json").write_text(json.dumps({"task": "statistics", "level": "L0",
+                                                         "dump_path": str(tmp_path / name),
+                                                         "statistics": {"list": selection}}))
+            d = PrecisionDebugger(str(tmp_path / "c.json"))
+        d.start(model=net)
+        net(torch.randn(2, 4))
+        d.stop()
+        d.step()
+        parents.append(load(tmp_path / name, name="construct.json")["Module.0.inner.fc.Linear.forward.0"])
+    assert parents == ["Module.0.Outer.forward.0"] * 2, parents

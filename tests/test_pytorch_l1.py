@@ -135,6 +135,23 @@ def test_batch_norm_running_statistics_are_seen_after_each_update(tmp_path, monk
             assert torch.allclose(saved, means[n], atol=1e-6), (n, saved, means[n])
 
 
+def test_running_statistics_updated_by_other_apis_are_seen_after_each_update(tmp_path):
+    """torch.batch_norm_update_stats (and SyncBatchNorm's gather functions) write the running statistics
+    without moving their version too (a review)."""
+    rm, rv = torch.zeros(3), torch.ones(3)
+    xs = [torch.randn(8, 3) + 5 for _ in range(2)]
+    found = []
+
+    def program():
+        for x in xs:
+            found.append(rm.clone())
+            torch.batch_norm_update_stats(x, rm, rv, 0.1)
+
+    dump, _ = dump_of(tmp_path, program)
+    for n in range(2):
+        assert_stats(dump[f"Torch.batch_norm_update_stats.{n}.forward"]["input_args"][1], found[n])
+
+
 @pytest.mark.parametrize("route", ["C", "Python"])
 def test_writes_that_keep_the_version_are_not_hidden_by_the_cache(tmp_path, monkeypatch, route):
     """A tensor's summary is cached for the step by (object, version). Writes through `.data`, through a numpy

@@ -96,17 +96,23 @@ def _by_name(t_names, g_names, sig_t, sig_g, rename, rename_golden):
     pairs = []
     for name, renamed, sig in zip(t_names, t_renamed, sig_t):
         hit = golden.get(renamed)
-        if hit is not None and hit[1] == sig:
+        if hit is not None and _agrees(sig, hit[1]):
             pairs.append((name, hit[0]))
     return pairs if len(pairs) == min(len(t_names), len(g_names)) else None
 
 
+def _agrees(sig, other) -> bool:
+    """The same signature, a tensor that could not be read when it was dumped (shape None) agreeing with
+    any tensor of its role on the other side."""
+    return sig == other or (len(sig) == len(other) and all(
+        a == b or ((a[1] is None or b[1] is None) and a[0] == b[0]) for a, b in zip(sig, other)))
+
+
 def _fill_unread(sigs: list, others: list) -> None:
-    """A tensor that could not be read when it was dumped (shape None) has no shape to pair by: where the
-    other side's call of the same place in the group agrees on everything else, it takes that call's."""
+    """A tensor that could not be read when it was dumped has no shape to pair by: where the other side's
+    call of the same place in the group agrees on everything else, it takes that call's signature."""
     for i, sig in enumerate(sigs):
-        if i < len(others) and len(sig) == len(others[i]) and any(part[1] is None for part in sig) and all(
-                a == b or (a[1] is None and a[0] == b[0]) for a, b in zip(sig, others[i])):
+        if i < len(others) and any(part[1] is None for part in sig) and _agrees(sig, others[i]):
             sigs[i] = others[i]
 
 
@@ -152,13 +158,14 @@ def pair_records(target, golden, rename=_same, rename_golden=_same, by_parent: b
         sig_g = [signature(n, golden.rows(n)) for n in g_names]
         if common is not None:
             sig_t, sig_g = _on_roles(sig_t, common), _on_roles(sig_g, common)
-        _fill_unread(sig_t, sig_g)
-        _fill_unread(sig_g, sig_t)
         if sig_t == sig_g:
             partner.update(zip(t_names, g_names))
-        else:
-            partner.update(_by_name(t_names, g_names, sig_t, sig_g, rename, rename_golden)
-                           or _align(t_names, g_names, sig_t, sig_g))
+            continue
+        by_name = _by_name(t_names, g_names, sig_t, sig_g, rename, rename_golden)
+        if by_name is None:  # by order: a tensor not read pairs like the other side's call at its place
+            _fill_unread(sig_t, sig_g)
+            _fill_unread(sig_g, sig_t)
+        partner.update(by_name or _align(t_names, g_names, sig_t, sig_g))
     paired_golden = {g: t for t, g in partner.items()}
     pairs = []
     index_of = {}

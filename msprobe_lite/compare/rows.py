@@ -38,10 +38,10 @@ class Row:
         self.obj = obj            # the dump's tensor object or {"type", "value"} object
         self.is_tensor = "dtype" in obj and "shape" in obj
         self.dtype = str(obj.get("dtype", obj.get("type", "")))
-        self.shape = obj.get("shape")  # None: a tensor the debugger could not read (its dtype is null too)
-        if self.is_tensor and not _is_shape(self.shape) and not (self.shape is None and obj["dtype"] is None):
+        self.shape = obj.get("shape")  # None: a tensor whose shape could not be read when it was dumped
+        if self.is_tensor and self.shape is not None and not _is_shape(self.shape):
             raise RowError(f"row {name}: the tensor's \"shape\" is {self.shape!r}, expected a list of integers "
-                           f"(or null, with a null dtype: a tensor that could not be read when it was dumped)")
+                           f"(or null: a tensor that could not be read when it was dumped)")
 
     def __repr__(self) -> str:
         return f"Row({self.name!r}, {self.role!r}, {self.obj!r})"

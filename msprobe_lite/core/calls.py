@@ -169,6 +169,8 @@ class CallRecorder:
                 session.construct[name] = parent  # session.set_parent, inline: this runs for every call
             if self.extra:
                 session.stacks.file(name, sys._getframe())  # the debugger's own frames are not in stacks
+        elif self.parents:  # left out by a filter: its parent, for the stand-in of a call that raises
+            session.unkept_parents[name] = parent
         if self.recording_gradients():
             if not filtered or session.filter.wants(bwd_name):
                 with self._quiet():  # reading tensors and hooking them is the debugger's, not the user's
@@ -281,7 +283,7 @@ class CallRecorder:
         recomputed module call once it has what it needs) are written with its own parent instead. `call` is
         None when it was begun without gradients (the C API handler)."""
         session = self.session
-        parent = session.construct.pop(name, None)
+        parent = session.construct.pop(name, session.unkept_parents.get(name))
         if self.parents:
             session.stand_ins[name] = parent
             bwd_name = getattr(call, "backward_name", None)  # a call of the C handler may not have it

@@ -59,9 +59,9 @@ class Framework:
 
     @staticmethod
     def on_param_grad(param, fn):
-        """Call `fn(grad)` with the parameter's gradient once it is final for the step; returns a handle. An
-        adapter that reads the gradient after the moment it is accumulated calls `fn.reserve()` (when `fn` has
-        one) at that moment: the record keeps its place in execution order."""
+        """Call `fn(grad)` with the parameter's gradient once it is accumulated; returns a handle. `fn` returns
+        None or a function to call with the gradient again once it is final (PyTorch: when the backward pass
+        ends, after DistributedDataParallel's averaging), which an adapter may call or leave."""
         raise NotImplementedError
 
 

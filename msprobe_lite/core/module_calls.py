@@ -9,6 +9,7 @@ Both frameworks offer the same forward-hook signatures (`with_kwargs`, `always_c
 """
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from threading import get_ident
@@ -162,27 +163,35 @@ class ModuleHooks:
     def _param_hook(self, record_name, pname):
         session, summarizer = self.session, self.summarizer
 
+        def fill(record, grad) -> None:
+            if session.numbers:
+                save_as = record_name if session.saves_tensors(record_name) else None
+                record.data[pname] = [summarizer.summarize(grad, save_as=save_as, path=(pname,))]
+            session.touch()
+
         @guarded(f"parameter-gradient hook of {record_name}")
-        def reserve():
-            """The record, made when the gradient is accumulated (its place in execution order) even where the
-            framework reads the gradient later (`on_param_grad`); None when it is not dumped."""
-            if not session.step_open:
+        def on_grad(grad):
+            """The gradient as accumulated, into the record (made now: its place in execution order). Returns
+            `again`, bound to this record, for an adapter that reads `.grad` once more when the backward pass
+            ends (`on_param_grad`); None when nothing was recorded."""
+            if not session.step_open or grad is None:
                 return None
             record = session.records.get(record_name)
             if record is None:
                 if not session.filter.wants(record_name):
                     return None
                 record = session.add(Record(record_name))
-            return record
+            fill(record, grad)
+            return functools.partial(again, record, grad, summarizer.version(grad))
 
         @guarded(f"parameter-gradient hook of {record_name}")
-        def on_grad(grad):
-            record = reserve() if grad is not None else None
-            if record is None:
+        def again(record, first, version, grad) -> None:
+            """`.grad` when the backward pass ends (DistributedDataParallel has written the average over ranks
+            by then), into the same step's record, when it is another tensor or changed since. A hook of the
+            user's that freed it (an optimizer step in backward) leaves the value as accumulated."""
+            if grad is None or not session.step_open or session.records.get(record_name) is not record:
                 return
-            if session.numbers:
-                save_as = record_name if session.saves_tensors(record_name) else None
-                record.data[pname] = [summarizer.summarize(grad, save_as=save_as, path=(pname,))]
-            session.touch()
-        on_grad.reserve = reserve
+            if grad is first and summarizer.version(grad) == version:
+                return
+            fill(record, grad)
         return on_grad

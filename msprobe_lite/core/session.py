@@ -72,6 +72,7 @@ class Session:
         self.counters = {}
         self.construct = {}
         self.stand_ins = {}       # a call that raised -> its own parent: the parent its children are written with
+        self.unkept_parents = {}  # a call a filter left out -> its parent (for stand_ins)
         self.pending = []
         self.tensor_files = {}    # record name -> its tensor files this step (tensor task, tensor_list)
         self.orphan_files = []    # tensor files of calls that raised: removed once the step's files are written

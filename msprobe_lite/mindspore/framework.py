@@ -86,7 +86,10 @@ class MindSporeFramework(Framework):
         """The gradient the grad function returns for this parameter (MindSpore has no `.grad` to fill)."""
         if not param.requires_grad or not TENSOR_HOOKS:
             return NoHandle
-        return param.register_hook(fn)
+
+        def hook(grad):
+            fn(grad)  # what it returns is for a framework that reads .grad again; a hook's result replaces grad
+        return param.register_hook(hook)
 
 
 def is_jit(cell) -> bool:

@@ -59,8 +59,9 @@ OPTIMIZER = "optimizer"
 # would show a later call the statistics as they were before. Their entries carry a third item; such calls take
 # the Python route, which forgets their arguments' summaries after the call (forgets, not taints: a ResNet has
 # more BatchNorm layers than the taint list holds storages).
-UNVERSIONED_WRITES = {("Functional", "batch_norm"), ("Torch", "batch_norm"), ("Torch", "native_batch_norm"),
-                      ("Torch", "_native_batch_norm_legit")}
+UNVERSIONED_WRITES = {("Functional", "batch_norm"), *(("Torch", name) for name in (
+    "batch_norm", "native_batch_norm", "_native_batch_norm_legit", "batch_norm_update_stats",
+    "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts", "cudnn_batch_norm", "miopen_batch_norm"))}
 FORGETS = "forgets its arguments' summaries"
 # Collectives that must stay torch's own objects: `P2POp(op, ...)` checks by identity that `op` is
 # torch.distributed's isend or irecv, so a wrapper in their place breaks the user's batched exchanges.

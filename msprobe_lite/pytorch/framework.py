@@ -8,6 +8,7 @@ from collections import OrderedDict
 import torch
 
 from ..core.framework import Framework, NoHandle
+from ..core.safety import report_failure
 
 
 # The tensor types whose __torch_function__ is torch's own: the debugger's fast routes take these exactly (a
@@ -17,36 +18,33 @@ _KEYS = itertools.count(-1, -1)  # on_grad's keys in tensors' hook dicts
 
 
 class _AtBackwardEnd:
-    """Reads parameter gradients when the backward pass ends, not as they are accumulated.
+    """Reads parameter gradients again when the backward pass ends.
 
     DistributedDataParallel's reducer writes the gradient averaged over ranks into `.grad` in a callback that
-    it queues once the last gradient is ready; read at accumulation, `.grad` held this rank's own gradient,
-    which is not what the optimizer gets. Each accumulation queues a callback that queues the read behind
-    every callback queued by then (the engine runs callbacks queued while it runs them); one read serves all
-    parameters pending. Without DDP the value is the same as at accumulation. A failure here is the
-    debugger's: reported, never raised into the user's backward."""
+    it queues once the last gradient is ready; at accumulation `.grad` holds this rank's own gradient, which
+    is not what the optimizer gets. The record takes the gradient at accumulation (kept if the backward pass
+    raises, or a hook of the user's frees `.grad`), and a callback queued then queues the second read behind
+    every callback queued by then (the engine runs callbacks queued while it runs them); one read serves
+    every parameter pending. A failure here is the debugger's: reported, never raised into the user's
+    backward."""
 
     def __init__(self):
-        self.pending = []  # (param, fn)
+        self.pending = []  # (param, again)
 
-    def add(self, param, fn) -> None:
-        self.pending.append((param, fn))
-        try:
-            torch.autograd.Variable._execution_engine.queue_callback(self._queue_read)
-        except RuntimeError:  # not inside a backward pass (a hook called by hand): read now
-            self._read()
+    def add(self, param, again) -> None:
+        self.pending.append((param, again))
+        torch.autograd.Variable._execution_engine.queue_callback(self._queue_read)
 
     def _queue_read(self) -> None:
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._read)
         except Exception as exc:  # noqa: BLE001 - a callback's exception would end the user's backward
-            from ..core.safety import report_failure
             report_failure("parameter gradients", exc, site="_AtBackwardEnd")
 
     def _read(self) -> None:
-        pending, self.pending = self.pending, []
-        for param, fn in pending:
-            fn(param.grad)  # guarded by the caller (module_calls._param_hook)
+        pending, self.pending = self.pending, []  # entries of a backward pass that raised go with these
+        for param, again in pending:
+            again(param.grad)  # guarded (module_calls._param_hook)
 
 
 _AT_BACKWARD_END = _AtBackwardEnd()
@@ -110,14 +108,16 @@ class TorchFramework(Framework):
 
     @staticmethod
     def on_param_grad(param, fn):
-        """`.grad` at the end of the backward pass that accumulated into it: what the optimizer will use,
-        summed over micro-batches and, under DistributedDataParallel, averaged over ranks."""
+        """`.grad` after accumulation, read again when the backward pass ends (_AtBackwardEnd): what the
+        optimizer will use, summed over micro-batches and, under DistributedDataParallel, averaged over ranks."""
         if not param.requires_grad:
             return NoHandle
-        reserve = getattr(fn, "reserve", None)  # its record now, in execution order; the values at the end
 
         def accumulated(p):
-            if reserve is not None:
-                reserve()
-            _AT_BACKWARD_END.add(p, fn)
+            again = fn(p.grad)  # guarded: None, or the read to repeat when the backward pass ends
+            if again is not None:
+                try:
+                    _AT_BACKWARD_END.add(p, again)
+                except Exception as exc:  # noqa: BLE001 - never into the user's backward
+                    report_failure("parameter gradients", exc, site="_AtBackwardEnd")
         return param.register_post_accumulate_grad_hook(accumulated)
