@@ -32,3 +32,12 @@ def test_groups_keep_the_statistics_modes_together_and_tensor_mode_apart():
     assert bench.mode_groups(["L0", "tensor", "L1", "mix"]) == [["L0", "L1", "mix"], ["tensor"]]
     assert bench.mode_groups(["tensor"]) == [["tensor"]]
     assert bench.mode_groups(["md5"]) == [["md5"]]
+
+
+def test_the_phase_timer_prints_each_phase_and_cleans_up(tmp_path, capsys):
+    import bench_phases
+
+    assert bench_phases.main(["--steps", "2", "--dump-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {phase} " in out for phase in bench_phases.PHASES + ("total",)), out
+    assert not os.listdir(tmp_path)
