@@ -355,6 +355,20 @@ def test_api_raising_inside_try_does_not_disturb_capture(tmp_path):
     assert list(dump) == ["Tensor.t.0.forward", "Torch.matmul.1.forward", "Torch.relu.0.forward"]
 
 
+def _micro_batches(tmp_path, lin, xs, level, **cfg) -> dict:
+    """The dump of one step in which each of `xs` runs forward and backward through `lin` in turn."""
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": level, **cfg}))
+    d = PrecisionDebugger(str(tmp_path / "config.json"))
+    d.start(model=lin)
+    for x in xs:
+        y = lin(x)
+        (y * y).sum().backward()
+    d.stop()
+    d.step()
+    return data(tmp_path / "dump")
+
+
 @pytest.mark.parametrize("route", ["C", "Python"])
 @pytest.mark.parametrize("level", ["L1", "mix"])
 def test_accumulated_micro_batches_each_get_their_own_gradient(tmp_path, monkeypatch, route, level):
@@ -372,16 +386,7 @@ def test_accumulated_micro_batches_each_get_their_own_gradient(tmp_path, monkeyp
         w, b = lin.weight.detach().clone().requires_grad_(), lin.bias.detach().clone().requires_grad_()
         (F.linear(x, w, b) ** 2).sum().backward()
         wanted.append((w.grad, b.grad))
-    (tmp_path / "config.json").write_text(json.dumps(
-        {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": level}))
-    d = PrecisionDebugger(str(tmp_path / "config.json"))
-    d.start(model=lin)
-    for x in xs:
-        y = lin(x)
-        (y * y).sum().backward()
-    d.stop()
-    d.step()
-    dump = data(tmp_path / "dump")
+    dump = _micro_batches(tmp_path, lin, xs, level)
     for n, (dw, db) in enumerate(wanted):
         record = dump[f"Functional.linear.{n}.backward"]
         assert_stats(record["output"][1], dw)
@@ -401,16 +406,7 @@ def test_a_filtered_out_call_still_ends_a_weights_earlier_calls(tmp_path, level,
     xs = [torch.randn(5, 4), torch.randn(5, 4) * 3]
     w, b = lin.weight.detach().clone().requires_grad_(), lin.bias.detach().clone().requires_grad_()
     (F.linear(xs[0], w, b) ** 2).sum().backward()  # the first micro-batch's own dL/dW and dL/db
-    (tmp_path / "config.json").write_text(json.dumps(
-        {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": level, "statistics": flt}))
-    d = PrecisionDebugger(str(tmp_path / "config.json"))
-    d.start(model=lin)
-    for x in xs:
-        y = lin(x)
-        (y * y).sum().backward()
-    d.stop()
-    d.step()
-    dump = data(tmp_path / "dump")
+    dump = _micro_batches(tmp_path, lin, xs, level, statistics=flt)
     assert "Functional.linear.1.backward" not in dump
     record = dump["Functional.linear.0.backward"]
     assert_stats(record["output"][1], w.grad)

@@ -353,18 +353,15 @@ class Judge:
         # "all pass".
         if explained is not None and not verdict.introduced and self.mode != "md5":
             floor = max(DRIFT_MARGIN * tol, AMPLIFICATION * explained)
-            if data_err > floor:
+            if max(data_err, param_err) > floor:
+                what, err, why = ("inputs already differ", data_err, "the runs parted before this call, in code "
+                                  "that is not recorded (at L0, between modules), in the input data or in earlier "
+                                  "steps, or such code amplified a smaller difference") if data_err > floor else \
+                    ("its parameters differ", param_err, "the weights are not the golden's (converted, loaded or "
+                     "initialised differently), or earlier steps updated them differently")
                 verdict.first_seen = True
-                verdict.raise_to(WARNING, f"inputs already differ by {_fmt(data_err)} of their magnitude, earlier "
-                                          f"calls' outputs by at most {_fmt(explained)}: the runs parted before this "
-                                          f"call, in code that is not recorded (at L0, between modules), in the input "
-                                          f"data or in earlier steps, or such code amplified a smaller difference")
-            elif param_err > floor:
-                verdict.first_seen = True
-                verdict.raise_to(WARNING, f"its parameters differ by {_fmt(param_err)} of their magnitude, earlier "
-                                          f"calls' outputs by at most {_fmt(explained)}: the weights are not the "
-                                          f"golden's (converted, loaded or initialised differently), or earlier steps "
-                                          f"updated them differently")
+                verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude, earlier calls' outputs by at "
+                                          f"most {_fmt(explained)}: {why}")
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
         self._finish_rows(rows, row_problems, verdict, stack)
