@@ -25,6 +25,12 @@ class Framework:
         raise NotImplementedError
 
     @staticmethod
+    def in_backward() -> bool:
+        """Whether this thread runs inside a backward pass now (activation checkpointing's recomputation):
+        module calls there are not records, as API calls there are not (no mode reaches the backward)."""
+        return False
+
+    @staticmethod
     def may_get_grad(tensor) -> bool:
         """False only when `tensor` certainly receives no gradient (then no hook is attached)."""
         raise NotImplementedError

@@ -101,12 +101,12 @@ class ModuleHooks:
     # -- hook bodies -----------------------------------------------------------------------------------------
     def _pre_hook(self, path, cls, params):
         session, kind, quiet = self.session, self.kind, self.summarizer.quiet
-        key = (kind, path)
+        key, in_backward = (kind, path), self.framework.in_backward
 
         @guarded(f"forward pre-hook of {kind}.{path}")
         def pre_hook(module, args, kwargs):
-            if not session.forward_on or get_ident() != session.thread:
-                return None  # not collecting, or another thread (a data loader): not this run's calls
+            if not session.forward_on or get_ident() != session.thread or in_backward():
+                return None  # not collecting, another thread (a data loader), or a recomputation in backward
             n = session.next_index(key)
             name = module_record(kind, path, cls, FORWARD, n)
             stack = self.calls()
@@ -120,12 +120,12 @@ class ModuleHooks:
         return pre_hook
 
     def _post_hook(self, path):
-        awaiting, quiet = self._awaiting, self.summarizer.quiet
+        awaiting, quiet, in_backward = self._awaiting, self.summarizer.quiet, self.framework.in_backward
 
         @guarded("forward hook")
         def post_hook(module, args, kwargs, output):
             stack = self.calls()
-            if not stack:
+            if not stack or in_backward():  # the pre-hook began no call in the backward pass
                 return None
             call = stack.pop()
             if output is None and sys.exc_info()[0] is not None:  # the forward raised: no output to record

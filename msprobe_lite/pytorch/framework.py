@@ -63,6 +63,9 @@ class _HookHandle:
         self.hooks.pop(self.key, None)
 
 
+_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)  # -1 outside a backward pass
+
+
 class TorchFramework(Framework):
     name = "pytorch"
     module_kind = "Module"
@@ -74,6 +77,10 @@ class TorchFramework(Framework):
     may_get_grad = staticmethod(operator.attrgetter("requires_grad"))
 
     recording_gradients = staticmethod(torch.is_grad_enabled)
+
+    @staticmethod
+    def in_backward() -> bool:
+        return _graph_task_id is not None and _graph_task_id() != -1
 
     @staticmethod
     def on_grad(tensor, fn):
