@@ -355,7 +355,8 @@ class Judge:
             floor = max(DRIFT_MARGIN * tol, AMPLIFICATION * explained)
             if max(data_err, param_err) > floor:
                 what, err, why = ("inputs already differ", data_err, "the runs parted before this call, in code "
-                                  "that is not recorded (at L0, between modules), in the input data or in earlier "
+                                  "that is not recorded (at L0 what runs between modules; at L1 and mix calls "
+                                  "outside the API list or left out by a filter), in the input data or in earlier "
                                   "steps, or such code amplified a smaller difference") if data_err > floor else \
                     ("its parameters differ", param_err, "the weights are not the golden's (converted, loaded or "
                      "initialised differently), or earlier steps updated them differently")
