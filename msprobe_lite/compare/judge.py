@@ -114,6 +114,10 @@ def _passed_by_one_run(t_only: list, g_only: list, arguments: list) -> bool:
     return len(t_only) != len(g_only) or bool(left)
 
 
+def _scalar_argument(row) -> bool:
+    return row.role == INPUT and not row.is_tensor
+
+
 def _by_position(suffix: str) -> bool:
     """Whether a row's argument was passed by position (`.input.1`, a list's `.input.1.0`) rather than by
     keyword (`.input.dim`, `.input.dim.0`): the part after the role says."""
@@ -264,11 +268,8 @@ class Judge:
             row, err, problems = self._row(t_row, g_row, t_dump, g_dump)
             if g_row is None and t_row.role not in g_roles:
                 problems = [NOT_DUMPED % "golden"]
-            elif g_row is None and self._passed_on_one_side(t_row):
-                t_only.append((suffix, t_row))
-                problems = []
-            elif g_row is None and self._frameworks_argument(t_row):
-                problems = [ONE_FRAMEWORKS_ARGUMENT % "target"]
+            elif g_row is None and _scalar_argument(t_row):
+                problems = self._one_sided(suffix, t_row, t_only, "target")
             if g_row is not None:
                 row["Bench Name"] = g_row.name
                 worst_eps = max(worst_eps, eps_of(t_row.dtype), eps_of(g_row.dtype))
@@ -306,11 +307,8 @@ class Judge:
                 row, _, problems = self._row(None, g_row, t_dump, g_dump)
                 if g_row.role not in t_roles:
                     problems = [NOT_DUMPED % "target"]
-                elif self._passed_on_one_side(g_row):
-                    g_only.append((suffix, g_row))
-                    problems = []
-                elif self._frameworks_argument(g_row):
-                    problems = [ONE_FRAMEWORKS_ARGUMENT % "golden"]
+                elif _scalar_argument(g_row):
+                    problems = self._one_sided(suffix, g_row, g_only, "golden")
                 rows.append(row)
                 row_problems.append(problems)
         errs[INPUT].append(upstream)
@@ -368,16 +366,16 @@ class Judge:
         self._finish_rows(rows, row_problems, verdict, stack)
         return rows, verdict
 
-    def _passed_on_one_side(self, row) -> bool:
-        """A scalar argument that one run passes and the other does not (`F.gelu(h, approximate="tanh")`
-        against `F.gelu(h)`): a setting that may differ from the default (see _passed_by_one_run). Not across
-        frameworks, whose APIs pass different arguments for the same call."""
-        return row.role == INPUT and not row.is_tensor and self.tail is None and self.golden_tail is None
-
-    def _frameworks_argument(self, row) -> bool:
-        """A scalar argument of one side only across frameworks: an unmatched row that does not make the call
-        a warning (the docs' promise; an identical port read "3 warning" at L1)."""
-        return row.role == INPUT and not row.is_tensor and (self.tail is not None or self.golden_tail is not None)
+    def _one_sided(self, suffix, row, only: list, side: str) -> list:
+        """The problems of a scalar argument that one run passes and the other does not. In one framework, a
+        setting that may differ from the default (`F.gelu(h, approximate="tanh")` against `F.gelu(h)`): kept in
+        `only` for _passed_by_one_run, no row problem. Across frameworks, whose APIs spell the same call
+        differently, an unmatched row that does not make the call a warning (an identical port read
+        "3 warning" at L1)."""
+        if self.tail is None and self.golden_tail is None:
+            only.append((suffix, row))
+            return []
+        return [ONE_FRAMEWORKS_ARGUMENT % side]
 
     @staticmethod
     def _finish_rows(rows, row_problems, verdict, stack) -> None:
