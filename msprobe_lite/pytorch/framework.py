@@ -17,23 +17,30 @@ PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _KEYS = itertools.count(-1, -1)  # on_grad's keys in tensors' hook dicts
 
 
+_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)  # -1 outside a backward pass
+
+
 class _AtBackwardEnd:
     """Reads parameter gradients again when the backward pass ends.
 
     DistributedDataParallel's reducer writes the gradient averaged over ranks into `.grad` in a callback that
     it queues once the last gradient is ready; at accumulation `.grad` holds this rank's own gradient, which
     is not what the optimizer gets. The record takes the gradient at accumulation (kept if the backward pass
-    raises, or a hook of the user's frees `.grad`), and a callback queued then queues the second read behind
-    every callback queued by then (the engine runs callbacks queued while it runs them); one read serves
-    every parameter pending. A failure here is the debugger's: reported, never raised into the user's
-    backward."""
+    raises, or a hook of the user's frees `.grad`), and the first accumulation of a backward pass queues a
+    callback that queues the second read behind every callback queued by then (the engine runs callbacks
+    queued while it runs them): one read a pass serves every parameter pending. A failure here is the
+    debugger's: reported, never raised into the user's backward."""
 
     def __init__(self):
-        self.pending = []  # (param, again)
+        self.pending = []      # (param, again)
+        self.queued_for = -1   # the backward pass (graph task) whose read is queued
 
     def add(self, param, again) -> None:
         self.pending.append((param, again))
-        torch.autograd.Variable._execution_engine.queue_callback(self._queue_read)
+        task = _graph_task_id() if _graph_task_id is not None else None
+        if task is None or task != self.queued_for:  # a pass that raised never read: the next one queues anew
+            self.queued_for = task
+            torch.autograd.Variable._execution_engine.queue_callback(self._queue_read)
 
     def _queue_read(self) -> None:
         try:
@@ -61,9 +68,6 @@ class _HookHandle:
 
     def remove(self) -> None:
         self.hooks.pop(self.key, None)
-
-
-_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)  # -1 outside a backward pass
 
 
 class TorchFramework(Framework):
