@@ -155,7 +155,7 @@ class CallRecorder:
         if filtered:
             session.filter.on_start(name)
         call = Call(name)
-        call.backward_name, call.bwd_parent = bwd_name, bwd_parent
+        call.backward_name = bwd_name
         if not filtered or session.filter.wants(name):
             call.record = record = Record(name)
             save_as = call.save_as = name if session.saving and session.saves_tensors(name) else None
@@ -169,8 +169,6 @@ class CallRecorder:
                 session.construct[name] = parent  # session.set_parent, inline: this runs for every call
             if self.extra:
                 session.stacks.file(name, sys._getframe())  # the debugger's own frames are not in stacks
-        elif self.parents:  # left out by a filter: its parent, for the stand-in of a call that raises
-            session.unkept_parents[name] = parent
         if self.recording_gradients():
             if not filtered or session.filter.wants(bwd_name):
                 with self._quiet():  # reading tensors and hooking them is the debugger's, not the user's
@@ -279,16 +277,11 @@ class CallRecorder:
     def abandon(self, name: str, call: Call | None = None) -> None:
         """A call that raised (the user may catch it) leaves nothing but its used index: no parent in
         construct.json, no stack, no tensor files, and no backward record from gradients that later reach its
-        inputs (hooked before it ran). The calls it made before it raised (activation checkpointing stops a
-        recomputed module call once it has what it needs) are written with its own parent instead. `call` is
-        None when it was begun without gradients (the C API handler)."""
+        inputs (hooked before it ran). (A module call's children, recorded before it raised, get the call
+        around it as their parent: ModuleHooks.) `call` is None when it was begun without gradients (the C API
+        handler)."""
         session = self.session
-        parent = session.construct.pop(name, session.unkept_parents.get(name))
-        if self.parents:
-            session.stand_ins[name] = parent
-            bwd_name = getattr(call, "backward_name", None)  # a call of the C handler may not have it
-            if bwd_name is not None:
-                session.stand_ins[bwd_name] = getattr(call, "bwd_parent", None)
+        session.construct.pop(name, None)
         session.stacks.unfile(name)
         if session.saving:
             session.abandon_files(name)

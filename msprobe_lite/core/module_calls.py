@@ -130,6 +130,11 @@ class ModuleHooks:
             call = stack.pop()
             if output is None and sys.exc_info()[0] is not None:  # the forward raised: no output to record
                 self.recorder.abandon(call.name, call)
+                if self.recorder.parents and call.backward_name is not None:
+                    # the calls it made before it raised name it as their parent: they get the call around it
+                    outer = stack[-1] if stack else None
+                    self.session.stand_ins[call.name] = outer.name if outer else None
+                    self.session.stand_ins[call.backward_name] = outer.backward_name if outer else None
                 return None
             with quiet():
                 self.recorder.end(call, output)

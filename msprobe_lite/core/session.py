@@ -72,7 +72,6 @@ class Session:
         self.counters = {}
         self.construct = {}
         self.stand_ins = {}       # a call that raised -> its own parent: the parent its children are written with
-        self.unkept_parents = {}  # a call a filter left out -> its parent (for stand_ins)
         self.pending = []
         self.tensor_files = {}    # record name -> its tensor files this step (tensor task, tensor_list)
         self.orphan_files = []    # tensor files of calls that raised: removed once the step's files are written
@@ -173,8 +172,8 @@ class Session:
         self.construct[name] = parent
 
     def _stand_in(self, parent):
-        """`parent`, or, when that call raised and left no record (a module call that activation
-        checkpointing's recomputation stops early), the nearest call above it that did not."""
+        """`parent`, or, when that call raised and left no record (a module call inside the user's `try`), the
+        nearest call around it that did not."""
         while parent in self.stand_ins:
             parent = self.stand_ins[parent]
         return parent
