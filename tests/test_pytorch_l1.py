@@ -394,13 +394,18 @@ def test_accumulated_micro_batches_each_get_their_own_gradient(tmp_path, monkeyp
     assert_stats(dump["Tensor.mul.1.backward"]["input"][0], torch.ones(5, 3))
 
 
+@pytest.mark.parametrize("route", ["C", "Python"])
 @pytest.mark.parametrize("flt", [{"list": ["Functional.linear.0"]},
                                  {"scope": ["Functional.linear.0.forward", "Functional.linear.0.forward"]}])
 @pytest.mark.parametrize("level", ["L1", "mix"])
-def test_a_filtered_out_call_still_ends_a_weights_earlier_calls(tmp_path, level, flt):
+def test_a_filtered_out_call_still_ends_a_weights_earlier_calls(tmp_path, monkeypatch, level, flt, route):
     """Micro-batches with the second one's calls filtered out: the kept first call still holds its own
     micro-batch's weight gradient, as in the unfiltered dump (a filtered-out call that takes the weight ends
     the earlier calls' places, as a recorded one does; before, the second pass's gradient replaced it)."""
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
     torch.manual_seed(0)
     lin = nn.Linear(4, 3)
     xs = [torch.randn(5, 4), torch.randn(5, 4) * 3]
@@ -1258,18 +1263,75 @@ def test_calls_take_the_c_route_and_dump_what_the_python_route_dumps(tmp_path, m
         assert all(construct[n] == (None if grad else "optimizer") for n in dump)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("level, flt", [
+    ("L1", {"list": ["linear", "Tensor.add_.0.forward", "max"]}),
+    ("mix", {"scope": ["Torch.sigmoid.1.forward", "Torch.split.0.forward"]}),
+    ("L1", {"list": ["Functional.linear.0.backward", "Torch.split"]}),
+    ("L1", {"data_mode": ["backward"]}),
+    ("mix", {"data_mode": ["forward", "output"]})])
+def test_filtered_calls_take_the_c_route_and_dump_what_the_python_route_dumps(tmp_path, monkeypatch, level, flt,
+                                                                               grad):
+    """With `list`, `scope` or one direction, captured calls are still recorded in C (before, any filter sent
+    every call to the Python route, and a dump of a few calls cost more than a dump of all of them); the C
+    route asks the filter as the Python route does, so the dumps are the same, byte for byte."""
+    from msprobe_lite.core.calls import CallRecorder
+    from msprobe_lite.pytorch import api_capture
+
+    ended = []
+    python_end = CallRecorder.end_api
+    monkeypatch.setattr(CallRecorder, "end_api", lambda self, *a: ended.append(a[1]) or python_end(self, *a))
+    dumps = []
+    for route in ("C", "Python"):  # one call site for both: the stacks name the same lines
+        if route == "Python":
+            monkeypatch.setattr(api_capture, "FastHandler", None)
+        (tmp_path / f"{route}.json").write_text(json.dumps(
+            {"task": "statistics", "dump_path": str(tmp_path / route), "level": level, "statistics": flt}))
+        d = PrecisionDebugger(str(tmp_path / f"{route}.json"))
+        x = torch.arange(12.0).reshape(3, 4) - 5.5
+        w = torch.linspace(-1.0, 1.0, 20).reshape(5, 4).requires_grad_(grad)
+        d.start(model=nn.Sequential(nn.Linear(4, 4)))
+        _program(x, w, grad)
+        d.stop()
+        d.step()
+        assert (len(ended) == 0) == (route == "C"), (route, ended)
+        dumps.append(dump_files(tmp_path / route))
+    backward_only = all(part.endswith("backward") for part in flt.get("scope", flt.get("data_mode", ["forward"])))
+    if backward_only and not grad:
+        assert dumps == [{}, {}]  # nothing to dump, no files: on both routes
+        return
+    assert_same_files(*dumps, at_least=3)
+    names = list(data(tmp_path / "C"))
+    if flt.get("list") == ["Functional.linear.0.backward", "Torch.split"]:
+        assert sorted(names) == ["Functional.linear.0.backward", "Torch.split.0.backward", "Torch.split.0.forward"][
+            0 if grad else 2:]
+    elif "list" in flt:
+        assert sorted(names) == sorted(["Functional.linear.0.forward", "Torch.max.0.forward", "Tensor.add_.0.forward"]
+                                       + (["Torch.max.0.backward", "Functional.linear.0.backward"] if grad else []))
+    elif flt.get("scope", [""])[0].endswith(".forward"):
+        forward = [n for n in names if n.endswith(".forward")]  # (the backward of a call in scope follows it)
+        assert forward[0] == "Torch.sigmoid.1.forward" and forward[-1] == "Torch.split.0.forward", forward
+    elif flt.get("data_mode") == ["forward", "output"]:
+        assert names and all(n.endswith(".forward") for n in names)
+        assert all(list(record) == ["output"] for record in data(tmp_path / "C").values())
+    else:
+        assert all(n.endswith(".backward") for n in names) and (len(names) > 0) == grad, names
+
+
 @pytest.mark.parametrize("kind, level, extra", [("transformer", "L1", {}), ("cnn", "mix", {}),
                                                 ("mlp_inplace", "mix", {"summary_mode": "md5"}),
-                                                ("mlp_inplace", "L1", {"task": "structure"})])
+                                                ("mlp_inplace", "L1", {"task": "structure"}),
+                                                ("cnn", "mix", {"list": ["conv2d", "relu_", "add_"]}),
+                                                ("transformer", "L1", {"data_mode": ["backward", "output"]})])
 def test_whole_dumps_of_training_are_the_same_with_and_without_the_c_handler(tmp_path, monkeypatch, kind, level,
                                                                               extra):
-    """The optimizer's calls (SGD with momentum: no gradients) take the C route; whole dumps, byte for byte."""
+    """The optimizer's calls (SGD with momentum: no gradients) take the C route, filtered runs' too; whole
+    dumps, byte for byte."""
     from msprobe_lite.pytorch import api_capture
 
     def dump(route):
         body = {"task": extra.get("task", "statistics"), "dump_path": str(tmp_path / route), "level": level}
-        if "summary_mode" in extra:
-            body["statistics"] = {"summary_mode": extra["summary_mode"]}
+        body["statistics"] = {k: v for k, v in extra.items() if k != "task"}
         (tmp_path / f"{route}.json").write_text(json.dumps(body))
         train(kind, steps=2, debugger=PrecisionDebugger(str(tmp_path / f"{route}.json")))
         return dump_files(tmp_path / route)
@@ -1281,7 +1343,7 @@ def test_whole_dumps_of_training_are_the_same_with_and_without_the_c_handler(tmp
         dumps.append(dump(route))
     assert_same_files(*dumps, at_least=6)
     names = data(tmp_path / "C", step=1)
-    assert any(n.startswith("Tensor.add_.") for n in names)  # the optimizer's update was recorded
+    assert any(n.startswith("Tensor.add_.") for n in names) == ("data_mode" not in extra)  # the optimizer's update
 
 
 @pytest.mark.parametrize("route", ["C", "Python"])

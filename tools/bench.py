@@ -51,10 +51,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIZES = {"small": dict(d=64, layers=2, seq=16, batch=4), "big": dict(d=256, layers=4, seq=128, batch=8)}
 DEFAULT_STEPS = {"small": 60, "big": 8}  # timed steps per configuration
 DEFAULT_PER = {"small": 2, "big": 1}    # steps per block when interleaved
-# mode -> (task, level, summary_mode); None = no debugger
-MODES = {"off": None, "L0": ("statistics", "L0", "statistics"), "L1": ("statistics", "L1", "statistics"),
-         "mix": ("statistics", "mix", "statistics"), "md5": ("statistics", "L1", "md5"),
-         "tensor": ("tensor", "L1", "statistics")}
+# mode -> (task, level, summary_mode, other statistics settings); None = no debugger. `list`: L1 narrowed to the
+# linear calls, as a user narrows a dump once a first one has named the layer (a filtered-out call still counts)
+MODES = {"off": None, "L0": ("statistics", "L0", "statistics", {}), "L1": ("statistics", "L1", "statistics", {}),
+         "mix": ("statistics", "mix", "statistics", {}), "md5": ("statistics", "L1", "md5", {}),
+         "list": ("statistics", "L1", "statistics", {"list": ["linear"]}),
+         "tensor": ("tensor", "L1", "statistics", {})}
 VOCAB = 512
 
 
@@ -151,9 +153,9 @@ class Configuration:
         self.folder = tempfile.mkdtemp(prefix=f"{size}_{mode}_", dir=dump_root)
         self.debugger = None
         if MODES[mode] is not None:
-            task, level, summary = MODES[mode]
+            task, level, summary, settings = MODES[mode]
             config = {"task": task, "level": level, "dump_path": self.folder,
-                      "statistics": {"summary_mode": summary}}
+                      "statistics": {"summary_mode": summary, **settings}}
             with open(os.path.join(self.folder, "config.json"), "w") as f:
                 json.dump(config, f)
             self.debugger = (debugger_type or debugger_class(tool))(os.path.join(self.folder, "config.json"))

@@ -49,7 +49,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, action="append",
                         help="a checkout of another version, C extensions built in place (repeatable)")
-    parser.add_argument("--level", default="L1", choices=["L0", "L1", "mix"])
+    parser.add_argument("--level", default="L1", choices=["L0", "L1", "mix", "md5", "list"],
+                        help="a mode of tools/bench.py")
     parser.add_argument("--size", default="small", choices=sorted(bench.SIZES))
     parser.add_argument("--blocks", type=int, default=80)
     parser.add_argument("--per", type=int, default=2, help="steps per block")

@@ -8,8 +8,9 @@ encoding its tensors, and the small training step makes hundreds (AdamW alone 9 
 - a call that is not an API of the list, or comes while forward collection is off, goes straight to the
   function;
 - a captured call is recorded here, exactly as `ApiCapture.__torch_function__` -> `CallRecorder.begin_api` /
-  `end_api` record it, when the run allows (`bind`: no filters, no tensors saved to files, the C value
-  encoder built). At mix level its parent is the innermost module call (`ModuleHooks.current`), or
+  `end_api` record it, when the run allows (`bind`: no tensors saved to files, the C value encoder built).
+  With `scope`, `list` or a direction filtered (`bind_filter`), the RecordFilter is asked by name, as the
+  Python route asks it: a call filtered out is counted and costs little more than the mode itself. At mix level its parent is the innermost module call (`ModuleHooks.current`), or
   "optimizer";
 - its gradient half too (`bind_gradients`): `CallRecorder.gradients_before` / `gradients_after`, `_hook`
   and `TorchFramework.on_grad` for tensors in plain containers, with the same Call, BackwardCall and
@@ -52,6 +53,9 @@ typedef struct {
     PyObject *after;       /* CallRecorder.gradients_after(call, output) */
     PyObject *abandon;     /* CallRecorder.abandon(name, call or None): the call raised */
     PyObject *current;     /* ModuleHooks.current() (mix level), or None */
+    /* the record filter (bind_filter), all NULL when nothing is filtered: RecordFilter.on_start, wants and
+       on_end, CallRecorder._end_places(args, kwargs) and CallRecorder._slots (the step's hooked tensors) */
+    PyObject *on_start, *wants, *on_end, *end_places, *slots;
     slots_t record_slots;  /* Record made without its __init__ (see _slots.h), when it can be */
     /* the gradient half in C (bind_gradients): CallRecorder.gradients_before/after, _hook, _backward and
        TorchFramework.on_grad, for plain tensors in plain containers */
@@ -863,9 +867,34 @@ static PyObject *call_quietly(Handler *h, PyObject *fn, PyObject *const *args, P
     return out;
 }
 
-/* CallRecorder.begin_api + begin without filters, in their order (a failure midway leaves what the Python
-   route would leave): counts the call, names it, makes its record with the inputs, sets its parent, files
-   its stack, and with gradients recorded hooks its inputs (gradients_before). */
+/* `fn(name)` of the record filter -> 1/0 for wants, 0 for on_start/on_end, -1 on error. */
+static int ask_filter(PyObject *fn, PyObject *name) {
+    PyObject *answer = PyObject_CallOneArg(fn, name);
+    if (answer == NULL)
+        return -1;
+    int yes = PyObject_IsTrue(answer);
+    Py_DECREF(answer);
+    return yes;
+}
+
+/* CallRecorder._end_places(args, kwargs), for a call whose backward is filtered out, when a tensor was hooked
+   this step: 1, or -1 on error. */
+static int end_places(Handler *h, PyObject *args, PyObject *kwargs, int quieted) {
+    if (PyDict_GET_SIZE(h->slots) == 0)
+        return 1;
+    PyObject *both[] = {args, kwargs ? kwargs : Py_None};
+    PyObject *done = call_quietly(h, h->end_places, both, 2, quieted);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 1;
+}
+
+static int record_inputs(Handler *h, PyObject *args, PyObject *kwargs, Flight *f, PyObject *parent,
+                         PyObject **construct, int quieted);
+
+/* CallRecorder.begin_api + begin, in their order (a failure midway leaves what the Python route would leave):
+   counts the call, names it, asks the filter, makes its record with the inputs, sets its parent, files its
+   stack, and with gradients recorded hooks its inputs (gradients_before) or, its backward filtered out, ends
+   the places of earlier hooks on them (_end_places). */
 static int begin_body(Handler *h, PyObject *entry, PyObject *args, PyObject *kwargs, Flight *f, int quieted) {
     if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
         PyErr_SetString(PyExc_TypeError, "API table: expected (prefix, api) tuples");
@@ -899,36 +928,12 @@ static int begin_body(Handler *h, PyObject *entry, PyObject *args, PyObject *kwa
     }
     PyObject *prefix = PyTuple_GET_ITEM(entry, 0), *api = PyTuple_GET_ITEM(entry, 1);
     f->name = call_name(prefix, api, n, ".forward");
-    if (f->name == NULL || (f->data = PyDict_New()) == NULL)
+    if (f->name == NULL)
         goto fail;
-    if (h->inputs) {
-        PyObject *kw = kwargs != NULL ? (Py_INCREF(kwargs), kwargs) : PyDict_New();
-        PyObject *encode = quieted ? h->encode : h->bare;
-        int done = kw != NULL && set_item_new(f->data, S_input_args, PyObject_CallOneArg(encode, args)) == 0 &&
-                   set_item_new(f->data, S_input_kwargs, PyObject_CallOneArg(encode, kw)) == 0;
-        Py_XDECREF(kw);
-        if (!done)
-            goto fail;
-    }
-    if (h->file_new != Py_None) { /* stacks kept (recorder.extra); parents at mix only (recorder.parents) */
-        if (h->has_modules && ((construct == NULL && (construct = step_dict(h, S_construct)) == NULL) ||
-                               PyDict_SetItem(construct, f->name, parent) < 0))
-            goto fail;
-        PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed: the caller of the torch function */
-        PyObject *where[] = {f->name, frame ? frame : Py_None, NULL};
-        PyObject *filed = PyObject_Vectorcall(h->file_known, where, 2, NULL); /* True, or what it found */
-        if (filed != NULL && filed != Py_True) {
-            where[2] = filed;
-            PyObject *known = filed;
-            filed = PyObject_Vectorcall(h->file_new, where, 3, NULL);
-            Py_DECREF(known);
-        }
-        if (filed == NULL)
-            goto fail;
-        Py_DECREF(filed);
-    }
-    f->record = new_record(h, f->name, f->data);
-    if (f->record == NULL)
+    int wanted = 1;
+    if (h->wants != NULL && (ask_filter(h->on_start, f->name) < 0 || (wanted = ask_filter(h->wants, f->name)) < 0))
+        goto fail;
+    if (wanted && record_inputs(h, args, kwargs, f, parent, &construct, quieted) < 0)
         goto fail;
     PyObject *grad = PyObject_CallNoArgs(h->grad_enabled);
     int recording = grad ? PyObject_IsTrue(grad) : -1;
@@ -937,7 +942,8 @@ static int begin_body(Handler *h, PyObject *entry, PyObject *args, PyObject *kwa
         goto fail;
     if (recording) {
         PyObject *bwd_name = call_name(prefix, api, n, ".backward");
-        int done = bwd_name == NULL ? -1
+        int wanted_back = bwd_name == NULL ? -1 : h->wants == NULL ? 1 : ask_filter(h->wants, bwd_name);
+        int done = wanted_back < 0 ? -1 : !wanted_back ? end_places(h, args, kwargs, quieted)
                    : h->grads_in_c ? grads_before(h, f, bwd_name, bwd_parent, args, kwargs, quieted) : 0;
         if (done == 0) { /* the Python way */
             f->call = PyObject_CallOneArg(h->call_type, f->name);
@@ -964,14 +970,70 @@ fail:
     return -1;
 }
 
-/* CallRecorder.end_api + end without filters: the output, the record joins the step, then with gradients
-   recorded the outputs are hooked (gradients_after). */
+/* The part of begin_body for a call whose forward record is kept: the record with its inputs, its parent
+   (mix level) and its stack. `*construct`: the step's construct dict once looked up (a new reference). */
+static int record_inputs(Handler *h, PyObject *args, PyObject *kwargs, Flight *f, PyObject *parent,
+                         PyObject **construct, int quieted) {
+    if ((f->data = PyDict_New()) == NULL)
+        return -1;
+    if (h->inputs) {
+        PyObject *kw = kwargs != NULL ? (Py_INCREF(kwargs), kwargs) : PyDict_New();
+        PyObject *encode = quieted ? h->encode : h->bare;
+        int done = kw != NULL && set_item_new(f->data, S_input_args, PyObject_CallOneArg(encode, args)) == 0 &&
+                   set_item_new(f->data, S_input_kwargs, PyObject_CallOneArg(encode, kw)) == 0;
+        Py_XDECREF(kw);
+        if (!done)
+            return -1;
+    }
+    if (h->file_new != Py_None) { /* stacks kept (recorder.extra); parents at mix only (recorder.parents) */
+        if (h->has_modules && ((*construct == NULL && (*construct = step_dict(h, S_construct)) == NULL) ||
+                               PyDict_SetItem(*construct, f->name, parent) < 0))
+            return -1;
+        PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed: the caller of the torch function */
+        PyObject *where[] = {f->name, frame ? frame : Py_None, NULL};
+        PyObject *filed = PyObject_Vectorcall(h->file_known, where, 2, NULL); /* True, or what it found */
+        if (filed != NULL && filed != Py_True) {
+            where[2] = filed;
+            PyObject *known = filed;
+            filed = PyObject_Vectorcall(h->file_new, where, 3, NULL);
+            Py_DECREF(known);
+        }
+        if (filed == NULL)
+            return -1;
+        Py_DECREF(filed);
+    }
+    f->record = new_record(h, f->name, f->data);
+    return f->record == NULL ? -1 : 0;
+}
+
+/* CallRecorder.end_api + end: the output, the record joins the step, then with gradients recorded the outputs
+   are hooked (gradients_after); the filter hears of the call's end. */
+static int record_output(Handler *h, PyObject *out, Flight *f, int quieted);
+
 static int end_body(Handler *h, PyObject *entry, PyObject *args, PyObject *out, Flight *f, int quieted) {
     /* x[i] = y: the output is x, changed (recorded, and hooked for its gradient); borrowed from args */
     if (PyTuple_GET_SIZE(args) > 0 && PyUnicode_Compare(PyTuple_GET_ITEM(entry, 1), S_setitem) == 0)
         out = PyTuple_GET_ITEM(args, 0);
     else if (PyErr_Occurred())
         return -1;
+    if (f->record != NULL && record_output(h, out, f, quieted) < 0)
+        return -1;
+    if (f->call != NULL) {
+        int done = h->grads_in_c ? grads_after(h, f->call, out, quieted) : 0;
+        if (done == 0) { /* the Python way */
+            PyObject *after[] = {f->call, out};
+            PyObject *hooked = call_quietly(h, h->after, after, 2, quieted);
+            done = hooked == NULL ? -1 : 1;
+            Py_XDECREF(hooked);
+        }
+        if (done < 0)
+            return -1;
+    }
+    return h->on_end != NULL ? ask_filter(h->on_end, f->name) < 0 ? -1 : 0 : 0;
+}
+
+/* The part of end_body for a kept forward record: its output, and the record joins the step. */
+static int record_output(Handler *h, PyObject *out, Flight *f, int quieted) {
     if (h->outputs) {
         PyObject *shown = out;
         int whole = PyList_Check(shown) || PyTuple_Check(shown);
@@ -999,17 +1061,6 @@ static int end_body(Handler *h, PyObject *entry, PyObject *args, PyObject *out, 
         if (sealed == NULL)
             return -1;
         Py_DECREF(sealed);
-    }
-    if (f->call != NULL) {
-        int done = h->grads_in_c ? grads_after(h, f->call, out, quieted) : 0;
-        if (done == 0) { /* the Python way */
-            PyObject *after[] = {f->call, out};
-            PyObject *hooked = call_quietly(h, h->after, after, 2, quieted);
-            done = hooked == NULL ? -1 : 1;
-            Py_XDECREF(hooked);
-        }
-        if (done < 0)
-            return -1;
     }
     return 0;
 }
@@ -1097,9 +1148,9 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
         return NULL;
     }
     PyObject *out = PyObject_Call(func, args, kwargs);
-    if (out == NULL && f.record != NULL)
+    if (out == NULL && f.name != NULL) /* begun (a failed begin clears the flight) */
         abandon(h, &f);
-    else if (out != NULL && f.record != NULL && end(h, entry, args, out, &f, modes) < 0 && !reported(h, S_site_end))
+    else if (out != NULL && f.name != NULL && end(h, entry, args, out, &f, modes) < 0 && !reported(h, S_site_end))
         Py_CLEAR(out);
     flight_clear(&f);
     Py_DECREF(entry);
@@ -1235,6 +1286,8 @@ static PyObject *Handler_getattr(Handler *h, char *name) {
 #define GRAD_FIELDS(X)                                                                                     \
     X(grad_slots) X(handles) X(recorder) X(tensor_type) X(plain) X(hook_dict) X(keys) X(on_grad)
 
+#define FILTER_FIELDS(X) X(on_start) X(wants) X(on_end) X(end_places) X(slots)
+
 /* bind(table, session, encode, seal, record_type, grad_enabled, file_known, file_new, quiet, report, twin,
         call_type, before, after, abandon, current, fast, has_modules, inputs, outputs, numbers) */
 static PyObject *Handler_bind(Handler *h, PyObject *args) {
@@ -1303,6 +1356,23 @@ static PyObject *Handler_bind_gradients(Handler *h, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+/* bind_filter(on_start, wants, on_end, end_places, slots): the run's RecordFilter (scope, list, a direction left
+   out) asked by name, as CallRecorder.begin/end ask it; before bind() (which may let calls be recorded here). */
+static PyObject *Handler_bind_filter(Handler *h, PyObject *args) {
+#define DECLARE_F(f) PyObject *f;
+    FILTER_FIELDS(DECLARE_F)
+    if (!PyArg_ParseTuple(args, "OOOOO!:bind_filter", &on_start, &wants, &on_end, &end_places, &PyDict_Type, &slots))
+        return NULL;
+    if (!PyCallable_Check(on_start) || !PyCallable_Check(wants) || !PyCallable_Check(on_end) ||
+        !PyCallable_Check(end_places)) {
+        PyErr_SetString(PyExc_TypeError, "bind_filter: expected four callables and a dict");
+        return NULL;
+    }
+#define KEEP_F(f) Py_INCREF(f); Py_XSETREF(h->f, f);
+    FILTER_FIELDS(KEEP_F)
+    Py_RETURN_NONE;
+}
+
 /* bind_quiet(bare, mode_count): the encoder's bare(value) and torch._C._len_torch_function_stack, so that a
    call made while no torch-function mode is active skips quiet (see modes_on). */
 static PyObject *Handler_bind_quiet(Handler *h, PyObject *args) {
@@ -1324,6 +1394,7 @@ static int Handler_traverse(Handler *h, visitproc visit, void *arg) {
 #define VISIT(f) Py_VISIT(h->f);
     FIELDS(VISIT)
     GRAD_FIELDS(VISIT)
+    FILTER_FIELDS(VISIT)
     Py_VISIT(h->bare);
     Py_VISIT(h->mode_count);
     Py_VISIT(h->torch_function);
@@ -1334,6 +1405,7 @@ static int Handler_clear(Handler *h) {
 #define CLEAR(f) Py_CLEAR(h->f);
     FIELDS(CLEAR)
     GRAD_FIELDS(CLEAR)
+    FILTER_FIELDS(CLEAR)
     Py_CLEAR(h->bare);
     Py_CLEAR(h->mode_count);
     Py_CLEAR(h->torch_function);
@@ -1363,6 +1435,9 @@ static PyMethodDef HANDLER_METHODS[] = {
      "bind_gradients(call_type, backward_type, grad_slot_type, handle_type, grad_slots, handles, recorder, "
      "tensor_type, plain, hook_dict, keys, on_grad, max_depth) -> bool: CallRecorder's gradient half in C (see "
      "the module); False when a class is not one it can fill."},
+    {"bind_filter", (PyCFunction)Handler_bind_filter, METH_VARARGS,
+     "bind_filter(on_start, wants, on_end, end_places, slots): the run's record filter, asked by name (see the "
+     "module); before bind()."},
     {"bind_quiet", (PyCFunction)Handler_bind_quiet, METH_VARARGS,
      "bind_quiet(bare, mode_count): the encoder's bare() and torch._C._len_torch_function_stack; calls made "
      "while no torch-function mode is active then skip quiet (see the module)."},

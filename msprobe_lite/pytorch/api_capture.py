@@ -114,14 +114,17 @@ class ApiCapture(TorchFunctionMode):
         capture = _WithFastHandler(session, recorder, summarizer, modules, api_list)
         encode = summarizer.fast_encode
         stacks = session.stacks
+        if recorder.filtered:  # scope, list or a direction left out: the C route asks the filter by name
+            flt = session.filter
+            capture.bind_filter(flt.on_start, flt.wants, flt.on_end, recorder._end_places, recorder._slots)
         capture.bind(capture.table, session, encode, summarizer.seal, Record, recorder.recording_gradients,
                      stacks.file_known if recorder.extra else None, stacks.file_new if recorder.extra else None,
                      summarizer.quiet, report_failure, ApiCapture.__torch_function__,
                      Call, recorder.gradients_before, recorder.gradients_after, recorder.abandon,
                      modules.current if modules is not None else None,
-                     # the C route records what CallRecorder records when no filter and no saved tensor is in
-                     # play and the C value encoder is built
-                     encode is not None and not recorder.filtered and not session.saving,
+                     # the C route records what CallRecorder records when no saved tensor is in play and the
+                     # C value encoder is built
+                     encode is not None and not session.saving,
                      modules is not None, recorder.inputs, recorder.outputs, session.numbers)
         mode_count = getattr(torch._C, "_len_torch_function_stack", None)
         if encode is not None and mode_count is not None:
