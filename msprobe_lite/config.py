@@ -25,6 +25,8 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
                       model_validator)
 from pydantic_core import core_schema
 
+from .core.naming import BACKWARD, PARAMS_GRAD, direction_of
+
 __all__ = [
     "DEFAULT_CONFIG_PATH", "ConfigError", "DebuggerConfig", "IndexSet", "OverflowCheckConfig", "Problem",
     "SelectionConfig", "StatisticsConfig", "config_schema", "load_config",
@@ -224,6 +226,14 @@ class SelectionConfig(_Strict):
     def _scope_pair(cls, scope: List[str]) -> List[str]:
         if len(scope) not in (0, 2):
             raise _invalid(scope, "0 or 2 names: [] or [first, last]")
+        if scope and direction_of(scope[0]) in (BACKWARD, PARAMS_GRAD):
+            # the range opens when its first call starts, and a backward record's call does not start as a
+            # forward one does (the decision to hook a call's gradients is made in its forward call)
+            raise _invalid(scope[0], "the name of a forward record (such as Functional.linear.0.forward or "
+                           "Module.fc1.Linear.forward.0) to open the range: backward records follow their forward "
+                           "calls, so the range of forward calls also gives their backward records; to dump "
+                           "backward records only, add data_mode [\"backward\"] (a range of backward records as "
+                           "such is not supported)", path="[0]")
         return scope
 
     @field_validator("data_mode")

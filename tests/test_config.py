@@ -71,6 +71,12 @@ RULES = {
     "scope has one name": ({"statistics": {"scope": ["a"]}}, "statistics.scope: got ['a']"),
     "scope has three names": ({"tensor": {"scope": ["a", "b", "c"]}}, "tensor.scope: got ['a', 'b', 'c']"),
     "scope name empty": ({"tensor": {"scope": ["", "b"]}}, "tensor.scope[0]: got ''"),
+    # a range opens when its first call starts: a backward record's never did, and nothing was dumped
+    "scope opens at a backward record": ({"statistics": {"scope": ["Module.fc2.Linear.backward.0", "b"]}},
+                                         "statistics.scope[0]: got 'Module.fc2.Linear.backward.0'; expected the "
+                                         "name of a forward record"),
+    "scope opens at parameter gradients": ({"statistics": {"scope": ["Module.fc.Linear.parameters_grad.0", "b"]}},
+                                           "statistics.scope[0]: got 'Module.fc.Linear.parameters_grad.0'"),
     "list item blank": ({"tensor": {"list": ["  "]}}, "tensor.list[0]: got '  '"),
     "list item not a string": ({"statistics": {"list": ["linear", 3]}}, "statistics.list[1]: got 3"),
     "list is a list": ({"statistics": {"list": "linear"}}, "statistics.list: got 'linear'; expected a list"),
