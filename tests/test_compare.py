@@ -1074,3 +1074,87 @@ def test_compare_piped_into_a_reader_that_leaves_early_ends_without_a_traceback(
     process.stdout.close()  # the reader leaves before the first line
     err = process.stderr.read().decode()
     assert process.wait(timeout=120) in (0, 141) and "Traceback" not in err, err
+
+
+# -- dumps that hold one part only (data_mode) ---------------------------------------------------------------
+class _ResidualNorm(nn.Module):
+    """Linear -> residual add -> LayerNorm -> Linear: under bf16 autocast the add takes the linear's bf16
+    output and gives fp32, so its output differs from fp32's by bf16 rounding at fp32's tolerance."""
+
+    def __init__(self, eps=1e-5):
+        super().__init__()
+        self.fc1, self.ln, self.fc2 = nn.Linear(32, 32), nn.LayerNorm(32, eps=eps), nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(self.ln(x + self.fc1(x)))
+
+
+def _dump_residual_norm(path, bf16=False, eps=1e-5, scale=1.0, **cfg):
+    torch.manual_seed(0)
+    model = _ResidualNorm(eps)
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(1))
+    config = path.parent / f"{path.name}_config.json"
+    config.write_text(json.dumps({"task": "statistics", "dump_path": str(path), **cfg}))
+    d = PrecisionDebugger(str(config))
+    d.start(model=model)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out = model(x) * scale
+    out.float().pow(2).mean().backward()
+    d.stop()
+    d.step()
+    return path
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+@pytest.mark.parametrize("data_mode", [["forward", "output"], ["output"], ["forward", "input"], ["input"]])
+def test_a_clean_bf16_port_reads_clean_when_one_part_is_dumped(tmp_path, level, data_mode):
+    """With inputs left out, a call's inputs read as agreeing (differing by 0), so the add after a bf16 linear
+    was "introduced: outputs differ ... while inputs agree (inputs differ by 0)" and a clean port read 38
+    errors; with outputs left out, a call's inputs were said to differ more than "earlier calls' outputs by at
+    most 0" (a new user's trial). The earlier calls' outputs (or inputs) now stand in for the missing part."""
+    golden = _dump_residual_norm(tmp_path / "g", level=level, statistics={"data_mode": data_mode})
+    target = _dump_residual_norm(tmp_path / "t", bf16=True, level=level, statistics={"data_mode": data_mode})
+    (pair,) = run(target, golden, tmp_path / "out").pairs
+    assert pair["counts"]["error"] == 0 and pair["first_divergence"] is None and pair["first_seen"] is None, pair
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_with_inputs_left_out_the_first_call_whose_outputs_differ_is_named(tmp_path, level):
+    """Both runs fp32; the target scales the model's output (`* 1.5`): the first call whose outputs differ
+    while every earlier call's outputs agree is that multiplication, and the reason says inputs were not
+    dumped instead of claiming they agreed."""
+    selection = {"data_mode": ["forward", "output"]}
+    golden = _dump_residual_norm(tmp_path / "g", level=level, statistics=selection)
+    target = _dump_residual_norm(tmp_path / "t", scale=1.5, level=level, statistics=selection)
+    (pair,) = run(target, golden, tmp_path / "out").pairs
+    first = pair["first_divergence"]
+    assert first["name"] == "Tensor.mul.0.forward", first
+    assert "while earlier calls' outputs (inputs not dumped) agree" in first["reason"], first["reason"]
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_with_outputs_left_out_a_changed_setting_is_named(tmp_path, level):
+    """LayerNorm's eps 0.5 against 1e-5 under bf16 autocast, only inputs dumped: the eps argument is in the
+    dump, and with no outputs to show its effect it is the evidence; it was a CSV warning, and the answer
+    named the next call's inputs."""
+    selection = {"data_mode": ["forward", "input"]}
+    golden = _dump_residual_norm(tmp_path / "g", level=level, statistics=selection)
+    target = _dump_residual_norm(tmp_path / "t", bf16=True, eps=0.5, level=level, statistics=selection)
+    (pair,) = run(target, golden, tmp_path / "out").pairs
+    first = pair["first_divergence"]
+    assert first["name"] == "Functional.layer_norm.0.forward", first
+    assert "(outputs not dumped)" in first["reason"] and "argument input.eps differs: 0.5 vs 1e-05" in first["reason"]
+
+
+def test_with_outputs_left_out_the_first_call_whose_inputs_differ_blames_what_ran_before(tmp_path):
+    """fp32 both, the target's input data scaled: at L0 with outputs left out, the first module's inputs
+    differ; the reason says the earlier calls' inputs (not their outputs, which are not dumped) agree."""
+    selection = {"data_mode": ["forward", "input"]}
+    model = _ResidualNorm()
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(1))
+    golden = dump_step(tmp_path / "g", model, x, statistics=selection)
+    target = dump_step(tmp_path / "t", model, x * 1.5, statistics=selection)
+    (pair,) = run(target, golden, tmp_path / "out").pairs
+    seen = pair["first_seen"]
+    assert seen["name"] == "Module.fc1.Linear.forward.0", seen
+    assert "earlier calls' inputs by at most 0:" in seen["reason"] and "outputs are not dumped" in seen["reason"]

@@ -692,6 +692,32 @@ def test_a_filter_name_that_matches_nothing_is_said_once(tmp_path, caplog, cfg, 
     assert caplog.text.count(said) == 1, caplog.text
 
 
+@pytest.mark.parametrize("route", ["C", "Python"])
+def test_a_scope_whose_last_call_raised_says_so(tmp_path, caplog, monkeypatch, route):
+    """The last name's call raised (in the user's try): the range never closed. It said the last name "is a
+    record of the other direction"."""
+    from msprobe_lite.pytorch import api_capture
+
+    if route == "Python":
+        monkeypatch.setattr(api_capture, "FastHandler", None)
+    x = torch.randn(4, 3)
+
+    def program():
+        torch.exp(x)
+        try:
+            torch.matmul(x, x)  # the shapes do not match: raises
+        except RuntimeError:
+            pass
+        torch.relu(x)
+
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        dump, _ = dump_of(tmp_path, program, statistics={"scope": ["Torch.exp.0.forward", "Torch.matmul.0.forward"]})
+    assert list(dump) == ["Torch.exp.0.forward", "Torch.relu.0.forward"]
+    assert "scope's last name 'Torch.matmul.0.forward' started but did not end (its call raised?): dumped from " \
+           "'Torch.exp.0.forward' to the end of the step" in caplog.text
+    assert "other direction" not in caplog.text
+
+
 def test_filters_that_match_say_nothing(tmp_path, caplog):
     x = torch.randn(4, requires_grad=True)
 

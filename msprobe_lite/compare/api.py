@@ -14,6 +14,7 @@ from ..core.writer import write_atomic
 from . import report, tensors
 from .frameworks import translations
 from .judge import ERROR, NO_GRAD_INPUTS, PASS, UNMATCHED, WARNING, Judge, record_eps
+from .rows import INPUT, OUTPUT
 from .metrics import eps_of
 from .pair import pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs, place
@@ -246,6 +247,12 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     # what explains a module's inputs and parameters is what ran before it, not inside it
     before_inside: dict = {}
     grad_inputs: dict = {}  # module -> (largest magnitude, largest size, coarsest eps) of its backward records' inputs
+    # a part that data_mode left out of either dump: what stands in for it is what the earlier calls of the same
+    # direction hold. Inputs not dumped: the largest output difference of the calls before (their outputs are
+    # what later calls take); outputs not dumped: the largest input difference of the calls before
+    held = target.roles() & golden.roles()
+    missing = None if not held or held == {INPUT, OUTPUT} else "inputs" if INPUT not in held else "outputs"
+    earlier = {"forward": 0.0, "backward": 0.0}
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
         # a backward record's place in the code is its forward call's
@@ -253,6 +260,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             if pair.target else []
         upstream = max(_upstream(pair.target, seen_err), inside.get(pair.target, 0.0)) if pair.target else 0.0
         base, direction, index = split_name(pair.target) if pair.target else (None, None, None)
+        if missing == "inputs" and direction in earlier:
+            upstream = max(upstream, earlier[direction])
         # whether its inputs differ more than earlier outputs explain: asked of module calls, whose parameters
         # are apart from their inputs (an API's weights are arguments, and differ after a step of drift)
         module = direction == "forward" and _is_module(pair.target)
@@ -261,9 +270,14 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         if direction == "forward":
             for parent in chain:
                 before_inside.setdefault(parent, forward_out)
+        if missing == "outputs":  # every forward call: its inputs against those of the calls before it
+            explained = earlier["forward"] if direction == "forward" else None
+        else:
+            explained = before_inside.get(pair.target, forward_out) if module else None
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
-                                           upstream, before_inside.get(pair.target, forward_out) if module else None,
-                                           grad_inputs.get(owner, NO_GRAD_INPUTS))
+                                           upstream, explained, grad_inputs.get(owner, NO_GRAD_INPUTS), missing)
+        if direction in earlier and verdict.result != UNMATCHED:
+            earlier[direction] = max(earlier[direction], verdict.out_err if missing == "inputs" else verdict.in_err)
         if direction == "forward" and verdict.result != UNMATCHED:
             forward_out = max(forward_out, verdict.out_err)
         elif direction == "backward":  # its module's parameter gradients come after it

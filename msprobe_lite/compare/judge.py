@@ -219,13 +219,15 @@ class Judge:
 
     # -- one record pair ---------------------------------------------------------------------------------
     def judge(self, pair, t_dump, g_dump, stack: str = "", inner_eps: float = 0.0, upstream: float = 0.0,
-              explained: float | None = None, grad_inputs: tuple = NO_GRAD_INPUTS) -> tuple:
+              explained: float | None = None, grad_inputs: tuple = NO_GRAD_INPUTS, missing: str | None = None) -> tuple:
         """(rows, Verdict) for a Pair. `inner_eps`: the coarsest precision of the calls made inside this one
         (a module under autocast computes in bf16 between fp32 inputs and outputs). `upstream`: how much
         what this call also depends on already differs (a backward depends on its forward's inputs).
         `explained` (forward calls): the largest output difference of the forward calls before this one.
         `grad_inputs` (parameter gradients): (inputs_size, inputs_numel, eps) of their module's backward
-        records."""
+        records. `missing`: "inputs" or "outputs" when a data_mode filter left that part out of a dump; then
+        `upstream` holds the earlier calls' output difference (inputs missing) and `explained` their input
+        difference (outputs missing), and the reasons say so."""
         if pair.target is None or pair.golden is None:
             side, name, dump = ("target", pair.target, t_dump) if pair.golden is None else \
                 ("golden", pair.golden, g_dump)
@@ -341,7 +343,7 @@ class Judge:
                 floor = noise * math.sqrt(max(inputs_numel / max(numel(g_obj.get("shape")), 1), 1))  # values summed
                 if magnitude(g_obj) < floor and magnitude(t_obj) < floor and errs[OUTPUT][at] != math.inf:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
-        self._decide(verdict, errs, extra, eps, t_rows, new_nonfinite, argument_err, one_sided)
+        self._decide(verdict, errs, extra, eps, t_rows, new_nonfinite, argument_err, one_sided, missing)
         # Inputs that differ beyond what every earlier call's outputs explain: the runs parted before this call,
         # in code that no record covers (at L0, what runs between modules), in the input data, or in earlier
         # steps. Without it, an L0 compare of two runs that clearly differ read "9 pass, 0 error".
@@ -358,9 +360,13 @@ class Judge:
                                   "steps, or such code amplified a smaller difference") if data_err > floor else \
                     ("its parameters differ", param_err, "the weights are not the golden's (converted, loaded or "
                      "initialised differently), or earlier steps updated them differently")
+                if missing == "outputs":  # no call's outputs: what its inputs differ by is all there is to see
+                    why = ("outputs are not dumped (data_mode), so the call before it, or code between that is "
+                           "not recorded, changed them")
                 verdict.first_seen = True
-                verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude, earlier calls' outputs by at "
-                                          f"most {_fmt(explained)}: {why}")
+                verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude, earlier calls' "
+                                          f"{'inputs' if missing == 'outputs' else 'outputs'} by at most "
+                                          f"{_fmt(explained)}: {why}")
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
         self._finish_rows(rows, row_problems, verdict, stack)
@@ -399,11 +405,13 @@ class Judge:
             row["Result"], row["Err_message"], row["NPU_Stack_Info"] = result, own or message, stack
 
     def _decide(self, verdict, errs, extra, worst_eps, t_rows, new_nonfinite, argument_err=0.0,
-                one_sided=False) -> None:
+                one_sided=False, missing=None) -> None:
         """`argument_err`: the largest relative difference of a scalar argument (0: none differs; inf: one
         that is not a number, `approximate="tanh"`). `one_sided`: a scalar argument is passed by one run only."""
         tol = TOLERANCE_EPS * worst_eps if self.mode != "md5" else 0.0
         in_err = max(errs[INPUT], default=0.0)
+        # inputs left out by data_mode: the earlier calls' outputs stand in for them (see Judge.judge)
+        ins = "earlier calls' outputs (inputs not dumped)" if missing == "inputs" else "inputs"
         out_err = max(errs[OUTPUT], default=0.0)
         verdict.in_err, verdict.out_err = in_err, out_err
         if new_nonfinite:
@@ -429,9 +437,13 @@ class Judge:
         elif in_err <= tol and out_err > tol + AMPLIFICATION * in_err and (not drifted or out_err > DRIFT_MARGIN * tol):
             verdict.introduced = True
             agree = "tensor inputs agree but a scalar argument differs" if argument_err > 0 or one_sided \
-                else "inputs agree"
+                else f"{ins} agree"
             verdict.raise_to(ERROR, f"introduced: outputs differ by {_fmt(out_err)} of their magnitude while "
-                                    f"{agree} (inputs differ by {_fmt(in_err)}, tolerance {_fmt(tol)})")
+                                    f"{agree} ({ins} differ by {_fmt(in_err)}, tolerance {_fmt(tol)})")
+        elif set_differently and missing == "outputs":  # no outputs to show it: the setting is the evidence
+            verdict.introduced = True
+            verdict.raise_to(ERROR, f"introduced: a scalar argument differs while its tensor inputs differ by "
+                                    f"{_fmt(in_err)} (outputs not dumped)")
         elif set_differently and beyond:  # inputs drifted (later steps), and this call is set up differently
             verdict.introduced = True
             verdict.raise_to(ERROR, f"introduced: a scalar argument differs and outputs differ by {_fmt(out_err)} "
@@ -439,10 +451,10 @@ class Judge:
         elif in_err < 0.1 and out_err > 0.5:  # the spec's coarse rule: the call introduced the divergence
             verdict.introduced = True
             verdict.raise_to(ERROR, f"introduced: outputs differ by {_fmt(out_err)} of their magnitude while "
-                                    f"inputs differ by only {_fmt(in_err)}")
+                                    f"{ins} differ by only {_fmt(in_err)}")
         elif out_err > tol and (out_err > AMPLIFICATION * in_err or
                                 (in_err <= tol and out_err > AMPLIFICATION_OF_AGREEING * in_err)):
-            verdict.raise_to(WARNING, f"amplified: outputs differ by {_fmt(out_err)} of their magnitude, inputs by "
+            verdict.raise_to(WARNING, f"amplified: outputs differ by {_fmt(out_err)} of their magnitude, {ins} by "
                                       f"{_fmt(in_err)}")
         th_in, th_out = extra[INPUT].get("thousandth"), extra[OUTPUT].get("thousandth")
         # tensor mode: few output elements within 0.1% of the golden's. Only where 0.1% is beyond the rounding

@@ -53,10 +53,12 @@ class Dump:
         gradients in an unfiltered dump is a difference, not a filter's choice."""
         if self._roles is None:
             from .pair import split_name
+            from .rows import PART_ROLES
             found: set = set()
-            for name in self.records:
+            for name, record in self.records.items():
                 if split_name(name)[1] is not None:  # calls; parameter gradients hold outputs only
-                    found.update(row.role for row in self.rows(name))
+                    # a part's key, even empty (`"output": []` of a call that returns nothing): it was dumped
+                    found.update(PART_ROLES[key] for key in record if key in PART_ROLES)
                     if len(found) == 2:
                         break
             # no call records (a debug.json of save() entries): nothing tells of a filter

@@ -76,6 +76,7 @@ _PARTS = (("input_args", "input", INPUT), ("input_kwargs", "input", INPUT), ("in
           ("grad_output", "input", INPUT), ("parameters", "parameters", INPUT), ("output", "output", OUTPUT),
           ("grad_input", "output", OUTPUT))
 _PART_KEYS = frozenset(key for key, _, _ in _PARTS)
+PART_ROLES = {key: role for key, _, role in _PARTS if key != "parameters"}  # a call's parts, as data_mode keeps them
 _PARAMS_GRAD = re.compile(r"^(.+)\.parameters_grad(\.\d+)?$")
 
 

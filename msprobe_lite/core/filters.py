@@ -39,6 +39,7 @@ class RecordFilter:
         self._scope_done = False
         self._scope_end_seen = False  # the last name came as a record (a backward one never reaches on_end)
         self._scope_end_early = False  # ... before the first name opened the range
+        self._scope_end_started = False  # ... inside the range, as a call of its direction that did not end
         self._listed = set()          # the `list` entries a record name matched this step
         self._scoped = set()
         self._scoped_modules = set()  # `Module.path.Class` of module calls in scope: their gradients follow
@@ -61,6 +62,7 @@ class RecordFilter:
             # before the range opened: the two given in the wrong order (a last name of the other direction is
             # asked for at its forward call's start already: that is not this)
             self._scope_end_early |= not self._scope_opened and direction == self._scope_direction
+            self._scope_end_started |= self._in_scope and direction == self._scope_direction
         if direction == PARAMS_GRAD:
             return name.split(f".{PARAMS_GRAD}.")[0] in self._scoped_modules
         if direction == self._scope_direction or direction is None:
@@ -102,6 +104,9 @@ class RecordFilter:
         elif self.scope and not self._scope_done and self._scope_end_early:
             found.append(f"scope's last name {self.scope[1]!r} ran before its first name {self.scope[0]!r} (are they "
                          f"in the wrong order?): dumped from {self.scope[0]!r} to the end of the step")
+        elif self.scope and not self._scope_done and self._scope_end_started:
+            found.append(f"scope's last name {self.scope[1]!r} started but did not end (its call raised?): dumped "
+                         f"from {self.scope[0]!r} to the end of the step")
         elif self.scope and not self._scope_done and self._scope_end_seen:
             found.append(f"scope's last name {self.scope[1]!r} is a record of the other direction, which does not "
                          f"end a range of {self._scope_direction} records: dumped from {self.scope[0]!r} to the "

@@ -12,8 +12,8 @@ APIs comes from `apis.yaml` (identity lookup, one dict probe per call).
 When the C handler is built (`_fast_capture.c`), it is a base class of the mode and its `__torch_function__`
 runs first: calls that only pass through never reach Python, and captured calls are recorded there, their
 gradient hooks too (what `CallRecorder.gradients_before`/`gradients_after` do, for tensors in plain
-containers), unless filters or saved tensors are in play; those come to the Python method below, which
-covers all cases. The debugger's reads of tensors are never dispatched to a torch-function mode or tensor
+containers), with the record filter asked by name as the Python route asks it, unless tensors are saved to
+files; those runs come to the Python method below, which covers all cases. The debugger's reads of tensors are never dispatched to a torch-function mode or tensor
 subclass of the user's.
 
 A few functions make an alias through which a tensor's memory can be written without its version counter
