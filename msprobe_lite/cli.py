@@ -22,6 +22,8 @@ def _config_check(args: argparse.Namespace) -> int:
         print(error, file=sys.stderr)
         return 2
     print(f"{args.file}: valid (task={config.task}, level={config.level})")
+    for setting in config.unused_settings():
+        print(f"note: {setting} is set but task {config.task} does not read it (each task reads its own block)")
     return 0
 
 

@@ -328,6 +328,19 @@ class DebuggerConfig(_Strict):
                                              "(the tensors stay in memory until the step ends)", path="tensor.list")
         return self
 
+    def unused_settings(self) -> List[str]:
+        """Settings given a value other than their default in a block that the task does not read
+        (`statistics.list` with task tensor): taken for a filter by the user, and ignored by the run."""
+        blocks = {"statistics": self.statistics, "tensor": self.tensor, "overflow_check": self.overflow_check}
+        unused = []
+        for name, block in blocks.items():
+            if name == self.task:
+                continue
+            default = type(block)()
+            unused += [f"{name}.{field}" for field in type(block).model_fields
+                       if getattr(block, field) != getattr(default, field)]
+        return unused
+
     @property
     def selection(self) -> SelectionConfig:
         """The settings block of the active task; tasks without one keep everything."""

@@ -146,6 +146,19 @@ def test_dumps_of_l1_and_mix_pair_their_api_calls_and_say_the_levels_differ(tmp_
     assert console_line(pair).startswith("[step 0] (levels differ (target L1, golden mix)")
 
 
+@pytest.mark.parametrize("levels", [("mix", "L1"), ("mix", "L0")])
+def test_a_mix_target_names_no_record_of_the_kind_the_goldens_level_does_not_record(tmp_path, levels):
+    """The same run dumped at mix (target) and L1 (golden): "no divergent call found; a call only in the
+    target: Module..." named a module that the L1 dump cannot have as added code (a new user's trial); so
+    did an API call against an L0 golden."""
+    target = dump_transformer(tmp_path / "t", level=levels[0])
+    golden = dump_transformer(tmp_path / "g", level=levels[1])
+    (pair,) = run(target, golden, tmp_path / "out").pairs
+    assert pair["first_only_in_target"] is None and pair["first_divergence"] is None, pair
+    assert pair["counts"]["unmatched_target"] > 0 and pair["counts"]["error"] == 0
+    assert "a call only in the target" not in console_line(pair)
+
+
 def test_dumps_of_l0_and_l1_are_refused(tmp_path):
     modules = dump_transformer(tmp_path / "modules", level="L0")
     apis = dump_transformer(tmp_path / "apis", level="L1")

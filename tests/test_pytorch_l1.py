@@ -718,6 +718,22 @@ def test_a_scope_whose_last_call_raised_says_so(tmp_path, caplog, monkeypatch, r
     assert "other direction" not in caplog.text
 
 
+def test_module_names_given_to_an_l1_run_are_said_to_be_of_another_level(tmp_path, caplog):
+    """A scope copied from an L0 result into an L1 config matched nothing, and the warning's examples
+    offered a Module name as a valid form (a new user's trial)."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "task": "statistics", "dump_path": str(tmp_path / "dump"), "level": "L1",
+        "statistics": {"scope": ["Module.ln.LayerNorm.forward.0", "Module.fc2.Linear.forward.0"]}}))
+    d = PrecisionDebugger(str(tmp_path / "config.json"))
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        d.start()
+        torch.relu(torch.randn(3))
+        d.stop()
+        d.step()
+    assert not (tmp_path / "dump" / "step0" / "rank" / "dump.json").exists()  # nothing in the scope
+    assert "such as Functional.linear.0.forward; an L1 dump has no Module records, L0 and mix have)" in caplog.text
+
+
 def test_filters_that_match_say_nothing(tmp_path, caplog):
     x = torch.randn(4, requires_grad=True)
 

@@ -189,6 +189,30 @@ def test_statistics_tensor_list_saves_only_named_records(tmp_path):
         "Torch.exp.0.forward.input.0.pt", "Torch.exp.0.forward.output.0.pt"]
 
 
+def test_a_misspelt_tensor_list_entry_is_said(tmp_path, caplog):
+    """A tensor_list entry that matched no record saved nothing and said nothing, unlike `list` and `scope`
+    (a new user's trial)."""
+    x = torch.randn(5)
+    d = debugger(tmp_path, statistics={"tensor_list": ["Torch.exp", "Torch.expp"]})
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        once(d, lambda: torch.sin(torch.exp(x)))
+    assert "tensor_list entries ['Torch.expp'] matched no dumped record name: no tensor of theirs was saved" \
+        in caplog.text
+    assert "'Torch.exp'" not in caplog.text.split("tensor_list entries")[1].split("matched")[0]
+
+
+def test_a_block_the_task_does_not_read_is_said(tmp_path, caplog, capsys):
+    """`statistics.list` with task tensor filtered nothing: all 202 tensors were saved, and `config check`
+    said "valid" (a new user's trial). Both now say which settings the task does not read."""
+    from msprobe_lite.cli import main
+
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        debugger(tmp_path, task="tensor", statistics={"list": ["Torch.exp"]})
+    assert "statistics.list is set but task tensor does not read it" in caplog.text
+    assert main(["config", "check", str(tmp_path / "config.json")]) == 0
+    assert "note: statistics.list is set but task tensor does not read it" in capsys.readouterr().out
+
+
 def test_async_dump_files_identical_to_sync(tmp_path):
     def run(sub, **cfg):
         d = debugger(tmp_path / sub, task="tensor", level="mix", tensor={"list": ["Linear", "linear"]}, **cfg)

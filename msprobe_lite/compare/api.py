@@ -186,6 +186,13 @@ def _as_is(name):
     return name
 
 
+def _left_out_by_level(name: str, target_level: str, golden_level: str) -> bool:
+    """A record of a kind that the other dump's level does not record: a module's against an L1 dump, an
+    API call's against an L0 one. Unmatched by design (see _levels), not a call added in the target."""
+    other = golden_level if target_level == "mix" else None
+    return (other == "L1" and _is_module(name)) or (other == "L0" and not _is_module(name))
+
+
 def _levels(target_level: str, golden_level: str) -> tuple:
     """(note, by_parent): what a compare of dumps of two levels pairs, in words for the answer line (None for
     one level), and whether calls pair within their parent modules (an L1 dump keeps none). L0 records
@@ -300,7 +307,9 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             counts["unmatched_target" if pair.target else "unmatched_golden"] += 1
             # across frameworks, API calls that do not pair are routine (nn.Dense is MatMul and BiasAdd): the
             # call named is the first module or cell only in the target (a GELU where the golden has a ReLU)
-            if pair.target and first is None and extra is None and (not across or _is_module(pair.target)):
+            # nor one of the kind that the other dump's level does not record (a module against an L1 dump)
+            if pair.target and first is None and extra is None and (not across or _is_module(pair.target)) \
+                    and not _left_out_by_level(pair.target, target.level, golden.level):
                 extra = {"name": pair.target, "stack": stack, "parents": _parents(target, pair.target)}
             continue
         counts[verdict.result] += 1

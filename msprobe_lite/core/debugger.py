@@ -46,6 +46,9 @@ class Debugger:
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
         self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+        for setting in self.config.unused_settings():
+            log.warning("%s is set but task %s does not read it (each task reads its own block): it changes "
+                        "nothing in this run", setting, self.config.task)
         self.session = Session(self.config, self.framework.name, self.framework.module_kind,
                                self.framework_packages, self.current_rank)
         self.summarizer = self.make_summarizer()

@@ -22,9 +22,20 @@ from .safety import log, report_failure, report_unwritable
 from .stacks import StackCollector
 
 
-# record names to show in a filter's warning, in the vocabulary of the framework dumped
-NAME_EXAMPLES = {"pytorch": "Functional.linear.0.forward or Module.fc1.Linear.forward.0",
-                 "mindspore": "Functional.matmul.0.forward or Cell.fc1.Dense.forward.0"}
+# record names to show in a filter's warning, in the vocabulary of the framework dumped: (API, module)
+NAME_EXAMPLES = {"pytorch": ("Functional.linear.0.forward", "Module.fc1.Linear.forward.0"),
+                 "mindspore": ("Functional.matmul.0.forward", "Cell.fc1.Dense.forward.0")}
+
+
+def name_examples(framework: str, level: str) -> str:
+    """Record names of the kinds a dump of `level` holds, for a filter's warning: module names given to an
+    L1 run (copied from an L0 result) are the usual mistake, and the level's own kind is what to write."""
+    api, module = NAME_EXAMPLES.get(framework, NAME_EXAMPLES["pytorch"])
+    if level == "L1":
+        return f"such as {api}; an L1 dump has no {module.split('.')[0]} records, L0 and mix have"
+    if level == "L0":
+        return f"such as {module}; an L0 dump has no API records, L1 and mix have"
+    return f"such as {api} or {module}"
 
 
 class Session:
@@ -76,6 +87,7 @@ class Session:
         self.tensor_files = {}    # record name -> its tensor files this step (tensor task, tensor_list)
         self.orphan_files = []    # tensor files of calls that raised: removed once the step's files are written
         self.dirty = False
+        self._tensor_listed = set()  # the tensor_list entries that matched a dumped record this step
         self.filter.reset()
         self.stacks.reset()
 
@@ -142,12 +154,18 @@ class Session:
             self.finished = True
 
     def _say_unmatched_filters(self) -> None:
-        """A misspelt `scope` or `list` name leaves an empty or partial dump and no error: said once a run."""
-        for what in self.filter.unmatched():
+        """A misspelt `scope`, `list` or `tensor_list` name leaves an empty or partial dump and no error: said
+        once a run."""
+        found = self.filter.unmatched()
+        missing = [f for f in self.tensor_list if f not in self._tensor_listed]
+        if missing:
+            found.append(f"tensor_list entries {missing} matched no dumped record name: no tensor of theirs was "
+                         f"saved")
+        for what in found:
             if what not in self._said_filters:
                 self._said_filters.add(what)
-                log.warning("step %d: %s (names as in a dump made without the filter, such as %s)", self.step,
-                            what, NAME_EXAMPLES.get(self.framework, NAME_EXAMPLES["pytorch"]))
+                log.warning("step %d: %s (names as in a dump made without the filter, %s)", self.step, what,
+                            name_examples(self.framework, self.config.level))
 
     # -- used by hooks ---------------------------------------------------------------------------------------
     # CallRecorder (calls.py) and the C API handler (pytorch/_fast_capture.c) do what next_index, add and
@@ -182,7 +200,9 @@ class Session:
         """Task tensor saves every dumped tensor; statistics saves those of records named in tensor_list."""
         if not self.saving or self.config.task == "tensor":
             return self.saving
-        return any(matches_fragment(name, f) for f in self.tensor_list)
+        hits = [f for f in self.tensor_list if matches_fragment(name, f)]
+        self._tensor_listed.update(hits)
+        return bool(hits)
 
     def tensor_folder(self) -> str:
         return os.path.join(self.folder(), "dump_tensor_data")
