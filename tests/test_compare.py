@@ -301,7 +301,8 @@ def test_the_one_line_answer_names_a_call_only_in_the_target_made_before_the_div
                                   "a call only in the target: Tensor.mul.0.forward at File m.py, line 9, in forward: "
                                   "x = x * 1.001; 5 pass, 0 warning, 1 error, 2 unmatched in target, 0 in golden")
     pair["first_only_in_target"] = None
-    assert console_line(pair).startswith("[step 0] first divergence: Functional.conv2d.1.backward -- introduced; 5 pass")
+    assert console_line(pair).startswith(
+        "[step 0] first divergence: Functional.conv2d.1.backward -- introduced; 5 pass")
 
 
 def test_the_one_line_answer_names_the_first_error_when_no_call_introduced_one():
@@ -1171,3 +1172,18 @@ def test_with_outputs_left_out_the_first_call_whose_inputs_differ_blames_what_ra
     seen = pair["first_seen"]
     assert seen["name"] == "Module.fc1.Linear.forward.0", seen
     assert "earlier calls' inputs by at most 0:" in seen["reason"] and "outputs are not dumped" in seen["reason"]
+
+
+def test_with_nothing_introduced_the_first_warning_is_named(tmp_path):
+    """LayerNorm's eps 0.5 against 1e-5, the target under bf16 autocast, at L0: its inputs already differ by
+    bf16's rounding, so its output differing hundreds of times as much is a warning (amplified), not "introduced";
+    the answer read "no divergent call found; 8 pass, 1 warning" and named nothing (a new user's trial)."""
+    golden = _dump_residual_norm(tmp_path / "g", level="L0")
+    target = _dump_residual_norm(tmp_path / "t", bf16=True, eps=0.5, level="L0")
+    (pair,) = run(target, golden, tmp_path / "out").pairs
+    assert pair["first_divergence"] is None and pair["first_warning"]["name"] == "Module.ln.LayerNorm.forward.0"
+    assert "no divergent call found; first warning: Module.ln.LayerNorm.forward.0 -- amplified: outputs differ by" \
+           in console_line(pair)
+    clean = _dump_residual_norm(tmp_path / "c", bf16=True, level="L0")
+    (pair,) = run(clean, golden, tmp_path / "out2").pairs
+    assert pair["first_warning"] is None and "first warning" not in console_line(pair)

@@ -248,6 +248,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
     first = extra = None  # extra: the first call only in the target, when it comes before any divergence
     first_error = None    # the first error of any kind: said when no call introduced a divergence
+    first_warning = None  # the first warning (an amplification): said when nothing above is
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
     forward_out = 0.0     # the largest output difference of the forward calls judged so far
     # module record -> forward_out when the first call inside it was judged (mix: its calls come before it);
@@ -321,7 +322,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                                {PASS: 0, WARNING: 1, ERROR: 2}[verdict.result] > {PASS: 0, WARNING: 1, ERROR: 2}[result]
                                else result)
         if (first is None and verdict.introduced) or (first_error is None and verdict.result == ERROR) or \
-                (first_seen is None and verdict.first_seen):
+                (first_seen is None and verdict.first_seen) or (first_warning is None and verdict.result == WARNING):
             found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
                      "stack": stack,
                      "parents": _parents(target, pair.target) or _parents(target, _place(pair.target))}
@@ -329,6 +330,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                 first = found
             if first_error is None and verdict.result == ERROR:
                 first_error = found
+            if first_warning is None and verdict.result == WARNING:
+                first_warning = found
             if first_seen is None and verdict.first_seen:
                 first_seen = found
     if bar:
@@ -346,7 +349,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
                     "mapping_unused": unused,
                     "counts": counts, "first_divergence": first, "first_only_in_target": extra,
-                    "first_error": first_error, "first_seen": first_seen, "note": note,
+                    "first_error": first_error, "first_seen": first_seen, "first_warning": first_warning,
+                    "note": note,
                     "result_file": csv_path}
     return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules}
 

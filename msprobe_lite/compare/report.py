@@ -150,13 +150,16 @@ def console_line(pair: dict) -> str:
     fd, extra = pair["first_divergence"], pair.get("first_only_in_target")
     # a call the golden run did not make, before any divergence: often the change itself (an added op)
     only = f"a call only in the target: {extra['name']}{_at(extra)}" if extra else ""
-    error, seen = pair.get("first_error"), pair.get("first_seen")
+    error, seen, warned = pair.get("first_error"), pair.get("first_seen"), pair.get("first_warning")
     if fd is None:
         # errors that no call introduced (a shape that differs, NaN already in the inputs): the first is named;
-        # without one, the first call whose inputs differ more than earlier calls explain
+        # without one, the first call whose inputs differ more than earlier calls explain; without that, the
+        # first warning (a call that amplified a difference: LayerNorm's eps changed under bf16, whose inputs
+        # already differ by bf16's rounding, reads as one)
         head = "no divergent call found" + (f"; {only}" if only else "") + \
             (f"; first error: {error['name']} -- {error['reason']}{_at(error)}" if error else
-             f"; first difference seen in the inputs of {seen['name']} -- {seen['reason']}{_at(seen)}" if seen else "")
+             f"; first difference seen in the inputs of {seen['name']} -- {seen['reason']}{_at(seen)}" if seen else
+             f"; first warning: {warned['name']} -- {warned['reason']}{_at(warned)}" if warned else "")
     else:
         head = f"first divergence: {fd['name']} -- {fd['reason']}{_at(fd)}" + (f"; before it, {only}" if only else "")
     note = f" ({pair['note']})" if pair.get("note") else ""
@@ -200,12 +203,14 @@ def write_html(path: str, summary: dict, details: list) -> None:
         parts.append(f"<h2>{html.escape(where)}</h2><p>{html.escape(console_line(p))}</p>")
         fd, title = (p["first_divergence"], "First divergence") if p["first_divergence"] else \
             (p.get("first_error"), "First error (no call introduced one)") if p.get("first_error") else \
-            (p.get("first_seen"), "First call whose inputs differ (no call introduced a divergence)")
+            (p.get("first_seen"), "First call whose inputs differ (no call introduced a divergence)") \
+            if p.get("first_seen") else (p.get("first_warning"), "First warning (no call introduced a divergence)")
         if fd:
             parts.append(f"<h3>{title}</h3><table>")
             for key in ("name", "golden_name", "reason"):
                 parts.append(f"<tr><th>{key}</th><td>{html.escape(str(fd[key]))}</td></tr>")
-            parts.append(f"<tr><th>parents</th><td>{' &lt; '.join(html.escape(p) for p in fd['parents']) or '-'}</td></tr>")
+            parents = " &lt; ".join(html.escape(p) for p in fd["parents"]) or "-"
+            parts.append(f"<tr><th>parents</th><td>{parents}</td></tr>")
             stack = "<br>".join(html.escape(f) for f in fd.get("stack") or [])
             parts.append(f"<tr><th>stack</th><td><code>{stack}</code></td></tr></table>")
         parts.append("<h3>Output error along execution order</h3>" + _svg_plot(d["errors"]))
