@@ -1103,9 +1103,11 @@ class _ResidualNorm(nn.Module):
         return self.fc2(self.ln(x + self.fc1(x)))
 
 
-def _dump_residual_norm(path, bf16=False, eps=1e-5, scale=1.0, **cfg):
+def _dump_residual_norm(path, bf16=False, eps=1e-5, scale=1.0, fc2_scale=1.0, **cfg):
     torch.manual_seed(0)
     model = _ResidualNorm(eps)
+    with torch.no_grad():
+        model.fc2.weight.mul_(fc2_scale)
     x = torch.randn(64, 32, generator=torch.Generator().manual_seed(1))
     config = path.parent / f"{path.name}_config.json"
     config.write_text(json.dumps({"task": "statistics", "dump_path": str(path), **cfg}))
@@ -1187,3 +1189,34 @@ def test_with_nothing_introduced_the_first_warning_is_named(tmp_path):
     clean = _dump_residual_norm(tmp_path / "c", bf16=True, level="L0")
     (pair,) = run(clean, golden, tmp_path / "out2").pairs
     assert pair["first_warning"] is None and "first warning" not in console_line(pair)
+
+
+def test_with_outputs_left_out_a_changed_weight_is_not_blamed_on_the_call_before(tmp_path):
+    """L0, inputs only, fc2's weight scaled in the target: the reason said the call before it changed its
+    inputs (review); it is the module's own parameters, and the reason says so."""
+    selection = {"data_mode": ["forward", "input"]}
+    model = _ResidualNorm()
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(1))
+    golden = dump_step(tmp_path / "g", model, x, statistics=selection)
+    with torch.no_grad():
+        model.fc2.weight.mul_(1.05)
+    target = dump_step(tmp_path / "t", model, x, statistics=selection)
+    (pair,) = run(target, golden, tmp_path / "out").pairs
+    seen = pair["first_seen"]
+    assert seen["name"] == "Module.fc2.Linear.forward.0", seen
+    assert "its parameters differ" in seen["reason"] and "the weights are not the golden's" in seen["reason"]
+    assert "the call before it" not in seen["reason"]
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_backward_records_with_outputs_left_out_show_a_changed_weight(tmp_path, level):
+    """data_mode ["backward", "input"], fc2's weight scaled in the target: every call passed and the line
+    named nothing (review). Backward records are asked about their inputs too; the reason names the forward
+    pass among the causes, since its values are not in the dump."""
+    selection = {"data_mode": ["backward", "input"]}
+    golden = _dump_residual_norm(tmp_path / "g", level=level, statistics=selection)
+    target = _dump_residual_norm(tmp_path / "t", scale=1.0, level=level, statistics=selection, fc2_scale=1.05)
+    (pair,) = run(target, golden, tmp_path / "out").pairs
+    seen = pair["first_seen"]
+    assert seen is not None and seen["name"].endswith(".backward"), pair
+    assert "the forward pass, the backward call before it" in seen["reason"], seen["reason"]

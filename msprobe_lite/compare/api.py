@@ -268,8 +268,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             if pair.target else []
         upstream = max(_upstream(pair.target, seen_err), inside.get(pair.target, 0.0)) if pair.target else 0.0
         base, direction, index = split_name(pair.target) if pair.target else (None, None, None)
-        if missing == "inputs" and direction in earlier:
-            upstream = max(upstream, earlier[direction])
+        if missing == "inputs" and direction in earlier:  # a backward computes from its forward's values too
+            upstream = max(upstream, earlier[direction], earlier["forward"])
         # whether its inputs differ more than earlier outputs explain: asked of module calls, whose parameters
         # are apart from their inputs (an API's weights are arguments, and differ after a step of drift)
         module = direction == "forward" and _is_module(pair.target)
@@ -278,8 +278,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         if direction == "forward":
             for parent in chain:
                 before_inside.setdefault(parent, forward_out)
-        if missing == "outputs":  # every forward call: its inputs against those of the calls before it
-            explained = earlier["forward"] if direction == "forward" else None
+        if missing == "outputs":  # every call: its inputs against those of the calls before it
+            explained = earlier[direction] if direction in earlier else None
         else:
             explained = before_inside.get(pair.target, forward_out) if module else None
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
