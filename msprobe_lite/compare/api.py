@@ -250,8 +250,9 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     first_error = None    # the first error of any kind: said when no call introduced a divergence
     first_warning = None  # the first warning (an amplification): said when nothing above is
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
-    forward_out = 0.0     # the largest output difference of the forward calls judged so far
-    # module record -> forward_out when the first call inside it was judged (mix: its calls come before it);
+    # the largest output (input) difference of the calls of each direction judged so far
+    out_seen, in_seen = {"forward": 0.0, "backward": 0.0}, {"forward": 0.0, "backward": 0.0}
+    # module record -> out_seen["forward"] when the first call inside it was judged (mix: its calls come before it);
     # what explains a module's inputs and parameters is what ran before it, not inside it
     before_inside: dict = {}
     grad_inputs: dict = {}  # module -> (largest magnitude, largest size, coarsest eps) of its backward records' inputs
@@ -260,7 +261,6 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     # what later calls take); outputs not dumped: the largest input difference of the calls before
     held = target.roles() & golden.roles()
     missing = None if not held or held == {INPUT, OUTPUT} else "inputs" if INPUT not in held else "outputs"
-    earlier = {"forward": 0.0, "backward": 0.0}
     bar = tensors.Progress("judging calls") if show_progress else None
     for i, pair in enumerate(pairs):
         # a backward record's place in the code is its forward call's
@@ -268,8 +268,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             if pair.target else []
         upstream = max(_upstream(pair.target, seen_err), inside.get(pair.target, 0.0)) if pair.target else 0.0
         base, direction, index = split_name(pair.target) if pair.target else (None, None, None)
-        if missing == "inputs" and direction in earlier:  # a backward computes from its forward's values too
-            upstream = max(upstream, earlier[direction], earlier["forward"])
+        if missing == "inputs" and direction in out_seen:  # a backward computes from its forward's values too
+            upstream = max(upstream, out_seen[direction], out_seen["forward"])
         # whether its inputs differ more than earlier outputs explain: asked of module calls, whose parameters
         # are apart from their inputs (an API's weights are arguments, and differ after a step of drift)
         module = direction == "forward" and _is_module(pair.target)
@@ -277,18 +277,17 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         chain = _parents(target, pair.target) if pair.target else []
         if direction == "forward":
             for parent in chain:
-                before_inside.setdefault(parent, forward_out)
+                before_inside.setdefault(parent, out_seen["forward"])
         if missing == "outputs":  # every call: its inputs against those of the calls before it
-            explained = earlier[direction] if direction in earlier else None
+            explained = in_seen.get(direction)
         else:
-            explained = before_inside.get(pair.target, forward_out) if module else None
+            explained = before_inside.get(pair.target, out_seen["forward"]) if module else None
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
                                            upstream, explained, grad_inputs.get(owner, NO_GRAD_INPUTS), missing)
-        if direction in earlier and verdict.result != UNMATCHED:
-            earlier[direction] = max(earlier[direction], verdict.out_err if missing == "inputs" else verdict.in_err)
-        if direction == "forward" and verdict.result != UNMATCHED:
-            forward_out = max(forward_out, verdict.out_err)
-        elif direction == "backward":  # its module's parameter gradients come after it
+        if direction in out_seen and verdict.result != UNMATCHED:
+            out_seen[direction] = max(out_seen[direction], verdict.out_err)
+            in_seen[direction] = max(in_seen[direction], verdict.in_err)
+        if direction == "backward":  # its module's parameter gradients come after it
             size, count, eps = grad_inputs.get(base, NO_GRAD_INPUTS)
             grad_inputs[base] = (max(size, verdict.inputs_size), max(count, verdict.inputs_numel),
                                  max(eps, verdict.eps))

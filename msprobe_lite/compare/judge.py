@@ -361,10 +361,10 @@ class Judge:
                     ("its parameters differ", param_err, "the weights are not the golden's (converted, loaded or "
                      "initialised differently), or earlier steps updated them differently")
                 if missing == "outputs" and data_err > floor:  # no call's outputs: its inputs are all there is
-                    why = ("outputs are not dumped (data_mode): the call before it, code between that is not "
-                           "recorded, or a weight passed to it (an argument, at L1 and mix) made them differ")
-                    if gradients:  # gradients are computed from the forward pass's values as well
-                        why = why.replace("the call before it", "the forward pass, the backward call before it")
+                    # (gradients are computed from the forward pass's values as well)
+                    before = "the forward pass, the backward call before it" if gradients else "the call before it"
+                    why = (f"outputs are not dumped (data_mode): {before}, code between that is not recorded, or "
+                           f"a weight passed to it (an argument, at L1 and mix) made them differ")
                 verdict.first_seen = True
                 verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude, earlier calls' "
                                           f"{'inputs' if missing == 'outputs' else 'outputs'} by at most "

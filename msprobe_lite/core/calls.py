@@ -181,10 +181,7 @@ class CallRecorder:
     # The gradient half of a call, for begin()/end() and for the C API handler (pytorch/_fast_capture.c).
     def gradients_before(self, call: Call, bwd_name: str, bwd_parent, args, kwargs) -> None:
         """Before the call runs, with gradients recorded: its inputs are hooked for its backward `output`."""
-        is_tensor = self._is_tensor
-        inputs = tensors_in(args, is_tensor, 1)
-        if kwargs:
-            inputs += tensors_in(kwargs, is_tensor, 1)
+        inputs = self._inputs(args, kwargs)
         call.bwd_name, call.bwd_parent, call.n_in = bwd_name, bwd_parent, len(inputs)
         if self._always_backward or any(map(self._may_get_grad, inputs)):
             self._hook(self._backward(call), inputs, "output")
@@ -194,14 +191,25 @@ class CallRecorder:
         (a weight) that a backward pass reached since its hook's places were started ends the places of the
         calls that took it before (see _GradSlot). Otherwise, with micro-batches, a kept call of the first
         would get the gradient of the second, whose calls are filtered out."""
-        is_tensor, slots, version_of = self._is_tensor, self._slots, self._version
-        inputs = tensors_in(args, is_tensor, 1)
-        if kwargs:
-            inputs += tensors_in(kwargs, is_tensor, 1)
-        for t in inputs:
-            slot = slots.get(id(t))
-            if slot is not None and slot.fired and slot.version == version_of(t) and slot.tensor() is t:
+        for t in self._inputs(args, kwargs):
+            slot = self._live_slot(t, self._version(t))
+            if slot is not None and slot.fired:
                 slot.end("output")
+
+    def _inputs(self, args, kwargs) -> list:
+        """The tensors a call takes, in the order of its backward record's `output`."""
+        inputs = tensors_in(args, self._is_tensor, 1)
+        if kwargs:
+            inputs += tensors_in(kwargs, self._is_tensor, 1)
+        return inputs
+
+    def _live_slot(self, t, version):
+        """The hook put on `t` this step, while `t` is unchanged since (the same version: the same autograd
+        node), or None."""
+        slot = self._slots.get(id(t))
+        if slot is not None and version is not None and slot.version == version and slot.tensor() is t:
+            return slot
+        return None
 
     def gradients_after(self, call: Call, output) -> None:
         """After the call returned (`gradients_before` ran): its outputs are hooked for its backward `input`."""
@@ -229,8 +237,8 @@ class CallRecorder:
                 continue
             hooked += 1
             version = version_of(t)
-            slot = slots.get(id(t))
-            if slot is not None and version is not None and slot.version == version and slot.tensor() is t:
+            slot = self._live_slot(t, version)
+            if slot is not None:
                 if slot.fired:   # a backward pass reached it since: the calls of this key are done
                     slot.restart((backward, key, i))
                 else:

@@ -13,8 +13,8 @@ When the C handler is built (`_fast_capture.c`), it is a base class of the mode 
 runs first: calls that only pass through never reach Python, and captured calls are recorded there, their
 gradient hooks too (what `CallRecorder.gradients_before`/`gradients_after` do, for tensors in plain
 containers), with the record filter asked by name as the Python route asks it, unless tensors are saved to
-files; those runs come to the Python method below, which covers all cases. The debugger's reads of tensors are never dispatched to a torch-function mode or tensor
-subclass of the user's.
+files; those runs come to the Python method below, which covers all cases. The debugger's reads of tensors
+are never dispatched to a torch-function mode or tensor subclass of the user's.
 
 A few functions make an alias through which a tensor's memory can be written without its version counter
 moving (`.data`, `.numpy()`, `__array__`, `__dlpack__`, its storage), rebind its memory (`t.data = x`), or
@@ -296,7 +296,7 @@ class ApiCapture(TorchFunctionMode):
             with session._lock:
                 if session.step != step or not session.step_open:
                     return
-                self.summarizer.forget(tensor_leaves((args, kwargs), TorchFramework.is_tensor))  # changed in place
+                self._forget_arguments(args, kwargs)  # changed in place
                 # the buffers after the operation: the positional arguments, then the keyword arguments that
                 # hold tensors (all_reduce(tensor=t), gather(t, gather_list=g))
                 written = [v for v in kwargs.values() if tensor_leaves(v, TorchFramework.is_tensor)]
