@@ -727,9 +727,11 @@ def test_c_encoder_and_python_walk_write_the_same_dumps(tmp_path, monkeypatch, k
 
 @pytest.mark.parametrize("mode", ["statistics", "md5"])
 def test_a_tensor_whose_memory_another_thread_swaps_is_read_safely(tmp_path, encoder_route, mode):
-    """A tensor object does not pin its memory: `t.set_()` on another thread frees it. The C encoder keeps the
-    GIL while its kernel reads (a crash before), and holds the storage while zlib-ng, which lets go of the
-    GIL, takes the md5 mode's CRC; the Python route's numpy view pins the memory."""
+    """A tensor object does not pin its memory: `t.data = ...` on another thread frees it. The C encoder keeps
+    the GIL while its kernel reads (a crash before) and hands zlib-ng, which lets go of the GIL, a copy for
+    the md5 mode's CRC; the Python route's numpy view pins the memory. The swap here holds the GIL all
+    through, as `t.data = ...` does; a `t.set_()` already under way inside torch (which lets go of the GIL)
+    when the read begins races the read as it races torch's own kernels (docs/reliability.md)."""
     import subprocess
     import sys
     import textwrap
@@ -751,10 +753,11 @@ def test_a_tensor_whose_memory_another_thread_swaps_is_read_safely(tmp_path, enc
         ones = f"{{zlib.crc32(torch.ones(1 << 24).numpy().tobytes()):08x}}"
         for attempt in range(3):
             t = torch.ones(1 << 24)            # 64 MB: returned to the system when freed
+            empty = torch.empty(0)
             go = threading.Event()
             def other():
                 go.wait()
-                t.set_(torch.empty(0))
+                t.data = empty
             thread = threading.Thread(target=other)
             thread.start()
             go.set()
