@@ -555,6 +555,50 @@ def test_a_difference_that_arises_between_modules_is_shown_where_it_is_first_see
     assert all(p["first_seen"] is None and p["counts"]["warning"] == 0 for p in s.pairs)
 
 
+def test_at_l1_inputs_or_a_weight_that_differ_before_any_call_are_named(tmp_path):
+    """At L1 the first call of a step has no earlier call to explain its inputs, and its output differs only
+    as much as they do: runs fed different data, or one with a weight loaded wrongly, read "7 pass, 0
+    warning" (a new user's trial). API calls that no module record holds are asked as module calls are;
+    a weight is an argument there, and the input that differs most is named."""
+    from msprobe_lite.compare.report import console_line
+
+    def dump(path, shift=0.0, bump=0.0):
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        x, y = torch.randn(4, 8) + shift, torch.randint(0, 4, (4,))
+        with torch.no_grad():
+            model[2].weight[0] += bump
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
+        d.start(model=model)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        d.stop()
+        d.step()
+        return path
+
+    golden = dump(tmp_path / "g")
+    (p,) = run(dump(tmp_path / "data", shift=0.5), golden, tmp_path / "out_data").pairs
+    # the input's difference, computed here: x + 0.5 moves Max, Min and Mean by 0.5, which counts against
+    # the golden's magnitude (its largest |value| or its RMS), and its Norm, which counts against the Norm
+    torch.manual_seed(1)
+    torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x = torch.randn(4, 8).double()
+    magnitude = max(float(x.abs().max()), float(x.pow(2).mean().sqrt()))
+    expected = max(0.5 / magnitude, float(((x + 0.5).norm() - x.norm()).abs() / x.norm()))
+    assert p["first_divergence"] is None and p["first_seen"]["name"] == "Functional.linear.0.forward", p
+    reason = p["first_seen"]["reason"]
+    assert f"inputs already differ by {expected:.3g} of their magnitude (most in input.0)" in reason, reason
+    assert "in the input data, in a weight passed to it" in reason
+    assert "first difference seen in the inputs of Functional.linear.0.forward" in console_line(p)
+    assert p["counts"]["warning"] == 1 and p["counts"]["error"] == 0
+
+    (p,) = run(dump(tmp_path / "weight", bump=0.3), golden, tmp_path / "out_weight").pairs
+    assert p["first_seen"]["name"] == "Functional.linear.1.forward", p  # the second linear takes the weight
+    assert "(most in input.1)" in p["first_seen"]["reason"]
+
+    (p,) = run(dump(tmp_path / "same"), golden, tmp_path / "out_same").pairs
+    assert p["first_seen"] is None and p["counts"]["warning"] == 0 and p["counts"]["error"] == 0
+
+
 @pytest.mark.parametrize("level", ["L0", "mix"])
 def test_fp32_against_bf16_at_module_level_names_no_call(tmp_path, level):
     """Parameter gradients that are zero in exact arithmetic (attention's key bias) are noise against the

@@ -16,7 +16,7 @@ from .frameworks import translations
 from .judge import ERROR, NO_GRAD_INPUTS, PASS, UNMATCHED, WARNING, Judge, record_eps
 from .rows import INPUT, OUTPUT
 from .metrics import eps_of
-from .pair import pair_records, split_name
+from .pair import is_module, pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs, place
 from .rows import params_grad_owner
 
@@ -113,14 +113,9 @@ def _place(name: str) -> str:
     return f"{owner}.forward.0" if owner else counterpart(name)
 
 
-def _is_module(name: str) -> bool:
-    """A module's (PyTorch) or a cell's (MindSpore) record, not an API call's."""
-    return name.startswith(("Module.", "Cell."))
-
-
 def _module_of(dump, name):
     parent = dump.parents.get(name)
-    if _is_module(name):
+    if is_module(name):
         return name
     return parent if isinstance(parent, str) else None
 
@@ -190,7 +185,7 @@ def _left_out_by_level(name: str, target_level: str, golden_level: str) -> bool:
     """A record of a kind that the other dump's level does not record: a module's against an L1 dump, an
     API call's against an L0 one. Unmatched by design (see _levels), not a call added in the target."""
     other = golden_level if target_level == "mix" else None
-    return (other == "L1" and _is_module(name)) or (other == "L0" and not _is_module(name))
+    return (other == "L1" and is_module(name)) or (other == "L0" and not is_module(name))
 
 
 def _levels(target_level: str, golden_level: str) -> tuple:
@@ -270,18 +265,21 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         base, direction, index = split_name(pair.target) if pair.target else (None, None, None)
         if missing == "inputs" and direction in out_seen:  # a backward computes from its forward's values too
             upstream = max(upstream, out_seen[direction], out_seen["forward"])
-        # whether its inputs differ more than earlier outputs explain: asked of module calls, whose parameters
-        # are apart from their inputs (an API's weights are arguments, and differ after a step of drift)
-        module = direction == "forward" and _is_module(pair.target)
+        # whether its inputs differ more than earlier outputs explain: asked of module calls, and of API calls
+        # that no module record holds (at L1; at mix a module's record, which comes after its calls, is asked
+        # with its parameters apart). An API call's weights are among its arguments: one loaded wrongly, or
+        # moved differently by earlier steps, shows there. Without it, an L1 compare of runs whose input data
+        # differ read "all pass".
         owner = params_grad_owner(pair.target) if pair.target else None
         chain = _parents(target, pair.target) if pair.target else []
+        asked = direction == "forward" and (is_module(pair.target) or not chain)
         if direction == "forward":
             for parent in chain:
                 before_inside.setdefault(parent, out_seen["forward"])
         if missing == "outputs":  # every call: its inputs against those of the calls before it
             explained = in_seen.get(direction)
         else:
-            explained = before_inside.get(pair.target, out_seen["forward"]) if module else None
+            explained = before_inside.get(pair.target, out_seen["forward"]) if asked else None
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
                                            upstream, explained, grad_inputs.get(owner, NO_GRAD_INPUTS), missing)
         if direction in out_seen and verdict.result != UNMATCHED:
@@ -308,7 +306,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             # across frameworks, API calls that do not pair are routine (nn.Dense is MatMul and BiasAdd): the
             # call named is the first module or cell only in the target (a GELU where the golden has a ReLU)
             # nor one of the kind that the other dump's level does not record (a module against an L1 dump)
-            if pair.target and first is None and extra is None and (not across or _is_module(pair.target)) \
+            if pair.target and first is None and extra is None and (not across or is_module(pair.target)) \
                     and not _left_out_by_level(pair.target, target.level, golden.level):
                 extra = {"name": pair.target, "stack": stack, "parents": _parents(target, pair.target)}
             continue

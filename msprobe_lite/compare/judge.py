@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 
 from .metrics import STATS, eps_of, finite, magnitude, noise_error, numel, stat_error, stat_measures
-from .pair import dtype_kind, split_name
+from .pair import dtype_kind, is_module, split_name
 from .rows import INPUT, OUTPUT, params_grad_owner
 
 PASS, WARNING, ERROR, UNMATCHED = "pass", "warning", "error", "unmatched"
@@ -43,6 +43,14 @@ NOT_DUMPED = "not dumped in %s (it holds no call's rows of this kind: a data_mod
 # across frameworks, a scalar argument of one side only: the APIs spell the same call differently (PyTorch's
 # F.relu passes inplace=False, MindSpore's cross_entropy passes by position what PyTorch passes by keyword)
 ONE_FRAMEWORKS_ARGUMENT = "an argument of the %s's framework only"
+# why a call's inputs differ more than the earlier calls' outputs explain (Judge.judge, first_seen)
+_PARTED_BEFORE_MODULE = ("the runs parted before this call, in code that is not recorded (at L0 what runs "
+                         "between modules; at mix calls outside the API list or left out by a filter), in the "
+                         "input data or in earlier steps, or such code amplified a smaller difference")
+_PARTED_BEFORE_API = ("the runs parted before this call: in the input data, in a weight passed to it (converted, "
+                      "loaded or initialised differently, or updated differently by earlier steps), or in code "
+                      "that is not recorded (calls outside the API list or left out by a filter), or such code "
+                      "amplified a smaller difference")
 
 MD5_DIFFERS = "md5 differs"
 
@@ -259,6 +267,7 @@ class Judge:
         inputs_numel = 1     # the largest number of values among them
         outputs = []         # (index in errs[OUTPUT], target, golden) of tensor outputs, statistics mode
         data_err = 0.0       # the largest difference of the tensor inputs that are not the call's parameters
+        data_at = ""         # the row suffix of that input (".input.0")
         param_err = 0.0      # the largest difference of the call's parameters (a module's weights)
         outputs_size = 0.0   # the largest golden magnitude of the floating-point tensor outputs
         # the parts (input, output) each dump holds: a dump made with a `data_mode` filter has one only
@@ -288,8 +297,8 @@ class Judge:
                     if t_row.role == INPUT and t_row.is_tensor:
                         if suffix.startswith(".parameters."):
                             param_err = max(param_err, err)
-                        else:
-                            data_err = max(data_err, err)
+                        elif err >= data_err:
+                            data_err, data_at = err, suffix
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
                                      f"{_value(t_row.obj)!r} vs {_value(g_row.obj)!r}")
@@ -354,19 +363,20 @@ class Judge:
         if explained is not None and not verdict.introduced and self.mode != "md5":
             floor = max(DRIFT_MARGIN * tol, AMPLIFICATION * explained)
             if max(data_err, param_err) > floor:
-                what, err, why = ("inputs already differ", data_err, "the runs parted before this call, in code "
-                                  "that is not recorded (at L0 what runs between modules; at L1 and mix calls "
-                                  "outside the API list or left out by a filter), in the input data or in earlier "
-                                  "steps, or such code amplified a smaller difference") if data_err > floor else \
+                inputs = data_err > floor
+                what, err, why = ("inputs already differ", data_err,
+                                  _PARTED_BEFORE_MODULE if is_module(pair.target) else _PARTED_BEFORE_API) \
+                    if inputs else \
                     ("its parameters differ", param_err, "the weights are not the golden's (converted, loaded or "
                      "initialised differently), or earlier steps updated them differently")
-                if missing == "outputs" and data_err > floor:  # no call's outputs: its inputs are all there is
+                if missing == "outputs" and inputs:  # no call's outputs: its inputs are all there is
                     # (gradients are computed from the forward pass's values as well)
                     before = "the forward pass, the backward call before it" if gradients else "the call before it"
                     why = (f"outputs are not dumped (data_mode): {before}, code between that is not recorded, or "
                            f"a weight passed to it (an argument, at L1 and mix) made them differ")
                 verdict.first_seen = True
-                verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude, earlier calls' "
+                where = f" (most in {data_at.lstrip('.')})" if inputs else ""
+                verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude{where}, earlier calls' "
                                           f"{'inputs' if missing == 'outputs' else 'outputs'} by at most "
                                           f"{_fmt(explained)}: {why}")
         for argument in arguments:

@@ -37,6 +37,11 @@ def split_name(name: str):
     return name, None, None
 
 
+def is_module(name: str) -> bool:
+    """A module's (PyTorch) or a cell's (MindSpore) record, not an API call's."""
+    return name.startswith(("Module.", "Cell."))
+
+
 @functools.lru_cache(maxsize=256)
 def dtype_kind(dtype: str) -> str:
     d = dtype.lower()
