@@ -166,6 +166,18 @@ def test_dumps_of_l0_and_l1_are_refused(tmp_path):
         run(modules, apis, tmp_path / "out")
 
 
+def test_structure_dumps_are_refused(tmp_path):
+    """A structure dump holds no numbers: against a statistics dump its calls all read "only in golden",
+    and against another structure dump "8 pass" with nothing compared (a new user's trial)."""
+    structure = dump_transformer(tmp_path / "structure", level="L1", task="structure")
+    values = dump_transformer(tmp_path / "values", level="L1")
+    with pytest.raises(CompareError, match=r"the golden \(.*\) is a structure dump \(task \"structure\": names, "
+                                           r"stacks and hierarchy, no numbers\): nothing to compare \(expected"):
+        run(values, structure, tmp_path / "out")
+    with pytest.raises(CompareError, match=r"the target \(.*\) and the golden \(.*\) are structure dumps"):
+        run(structure, structure, tmp_path / "out2")
+
+
 class _KeyBiasAttention(nn.Module):
     """Attention whose key projection has a bias: its gradient is zero in exact arithmetic (softmax does not
     change when one value is added to all of a query's scores), rounding noise of about 1e-10 in practice."""

@@ -219,6 +219,17 @@ def _some_part_in_common(target, golden) -> None:
                            f"dumps that both hold inputs or both hold outputs)")
 
 
+def _values_in_both(target, golden) -> None:
+    """A `structure` dump holds record names, stacks and hierarchy, no numbers: against anything its calls
+    read as unmatched or, against another structure dump, as passing with nothing compared. Bad input."""
+    bare = [(side, dump) for side, dump in (("target", target), ("golden", golden)) if dump.task == "structure"]
+    if bare:
+        named = " and ".join(f"the {side} ({dump.path})" for side, dump in bare)
+        raise CompareError(f"{named} {'is a' if len(bare) == 1 else 'are'} structure dump{'s' if len(bare) > 1 else ''} "
+                           f"(task \"structure\": names, stacks and hierarchy, no numbers): nothing to compare "
+                           f"(expected dumps of task statistics or tensor)")
+
+
 def _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, show_progress,
                  workers):
     target, golden = load_dump(target_path, step, rank), load_dump(golden_path, step, rank)
@@ -227,6 +238,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     across = bool(t_names or g_names)  # two frameworks, met in PyTorch's names
     rename_t = (lambda n: t_names.record(rename(n))) if t_names else rename
     note, by_parent = _levels(target.level, golden.level)
+    _values_in_both(target, golden)
     _some_part_in_common(target, golden)
     pairs = pair_records(target, golden, rename_t, g_names.record if g_names else _as_is, by_parent)
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
