@@ -242,7 +242,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     _some_part_in_common(target, golden)
     pairs = pair_records(target, golden, rename_t, g_names.record if g_names else _as_is, by_parent)
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
-    judge = Judge(mode, _tensor_measurer(measured), t_names and t_names.row_tail, g_names and g_names.row_tail)
+    judge = Judge(mode, _tensor_measurer(measured), t_names and t_names.row_tail, g_names and g_names.row_tail,
+                  distributed=rank is not None)
     inner = _inner_eps(pairs, target, golden)
     tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"
     csv_path = os.path.join(output_dir, f"compare_result_{tag}_{timestamp}.csv")

@@ -43,6 +43,13 @@ NOT_DUMPED = "not dumped in %s (it holds no call's rows of this kind: a data_mod
 # across frameworks, a scalar argument of one side only: the APIs spell the same call differently (PyTorch's
 # F.relu passes inplace=False, MindSpore's cross_entropy passes by position what PyTorch passes by keyword)
 ONE_FRAMEWORKS_ARGUMENT = "an argument of the %s's framework only"
+# a rank's parameter gradients are read after the backward pass, once DDP (or the user's all-reduce) has
+# combined them across ranks: a rank that computed the same gradients as its golden gets another rank's difference
+ACROSS_RANKS = ("one rank of a distributed run: parameter gradients are read after the backward pass, when DDP's "
+                "all-reduce (no record) has averaged them across ranks, so a difference made on another rank shows "
+                "here first; see the other ranks' lines")
+ACROSS_RANKS_INPUTS = ("one rank of a distributed run: DDP's all-reduce of gradients is such code, and brings a "
+                       "difference made on another rank in; see the other ranks' lines")
 # why a call's inputs differ more than the earlier calls' outputs explain (Judge.judge, first_seen)
 _PARTED_BEFORE_MODULE = ("the runs parted before this call, in code that is not recorded (at L0 what runs "
                          "between modules; at mix calls outside the API list or left out by a filter), in the "
@@ -144,8 +151,9 @@ def _fmt(x: float) -> str:
 class Judge:
     """Measures and judges record pairs in one mode (statistics, md5, tensor)."""
 
-    def __init__(self, mode: str, measure=None, tail=None, golden_tail=None):
+    def __init__(self, mode: str, measure=None, tail=None, golden_tail=None, distributed: bool = False):
         self.mode = mode
+        self.distributed = distributed  # one rank of several: its parameter gradients hold the others' too
         # row names after their record, in one naming for both sides (`.parameters.gamma` of a MindSpore
         # side read as PyTorch's `.parameters.weight`); None: as written
         self.tail = tail
@@ -374,11 +382,15 @@ class Judge:
                     before = "the forward pass, the backward call before it" if gradients else "the call before it"
                     why = (f"outputs are not dumped (data_mode): {before}, code between that is not recorded, or "
                            f"a weight passed to it (an argument, at L1 and mix) made them differ")
+                if inputs and self.distributed:
+                    why += "; " + ACROSS_RANKS_INPUTS
                 verdict.first_seen = True
                 where = f" (most in {data_at.lstrip('.')})" if inputs else ""
                 verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude{where}, earlier calls' "
                                           f"{'inputs' if missing == 'outputs' else 'outputs'} by at most "
                                           f"{_fmt(explained)}: {why}")
+        if self.distributed and verdict.introduced and params_grad_owner(pair.target):
+            verdict.raise_to(ERROR, ACROSS_RANKS)
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
         self._finish_rows(rows, row_problems, verdict, stack)
