@@ -166,6 +166,18 @@ def test_dumps_of_l0_and_l1_are_refused(tmp_path):
         run(modules, apis, tmp_path / "out")
 
 
+def test_a_dump_compared_with_itself_is_said(tmp_path):
+    """Every call passes, which proves nothing when both paths name one dump (a new user's slip)."""
+    from msprobe_lite.compare.report import console_line
+
+    dump = dump_transformer(tmp_path / "d", level="L1")
+    (pair,) = run(dump, dump, tmp_path / "out").pairs
+    assert pair["note"] == "target and golden are the same dump"
+    assert console_line(pair).startswith("[step 0] (target and golden are the same dump) no divergent call found")
+    (pair,) = run(dump, dump_transformer(tmp_path / "d2", level="L1"), tmp_path / "out2").pairs
+    assert pair["note"] is None
+
+
 def test_structure_dumps_are_refused(tmp_path):
     """A structure dump holds no numbers: against a statistics dump its calls all read "only in golden",
     and against another structure dump "8 pass" with nothing compared (a new user's trial)."""
