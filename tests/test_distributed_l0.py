@@ -56,9 +56,21 @@ def test_each_rank_writes_its_own_folder(tmp_path):
     assert torch.isfinite(torch.tensor(r0["Module.fc1.Linear.forward.0"]["output"][0]["Norm"]))
 
 
-def test_rank_filter_selects_ranks(tmp_path):
+def test_rank_filter_selects_ranks(tmp_path, capfd):
     dump = run(tmp_path, ranks=[1])
     assert sorted(p.name for p in (dump / "step0").iterdir()) == ["rank1"]
+    err = capfd.readouterr().err
+    assert "config rank=[1] does not select rank 0: this process dumps nothing" in err and "WARNING" not in err
+
+
+def test_a_rank_filter_that_selects_no_rank_of_the_job_is_a_warning(tmp_path, capfd):
+    """`rank: [5]` in a 2-process job: each rank said at INFO that it was left out, as the ranks a filter
+    leaves out usually are, and nothing was dumped (a new user's trial). Each now warns."""
+    dump = run(tmp_path, ranks=[5, "7-9"])
+    assert not (dump / "step0").exists()
+    err = capfd.readouterr().err
+    assert err.count("WARNING: config rank=[5, '7-9'] selects no rank of this 2-rank job (ranks 0 to 1): "
+                     "nothing will be dumped") == 2, err
 
 
 def _ddp_worker(rank, world, port, config, out, shift=0.0):

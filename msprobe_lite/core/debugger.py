@@ -50,7 +50,7 @@ class Debugger:
             log.warning("%s is set but task %s does not read it (each task reads its own block): it changes "
                         "nothing in this run", setting, self.config.task)
         self.session = Session(self.config, self.framework.name, self.framework.module_kind,
-                               self.framework_packages, self.current_rank)
+                               self.framework_packages, self.current_rank, world_fn=self.current_world_size)
         self.summarizer = self.make_summarizer()
         self.session.resolver = self.summarizer.resolve
         self.recorder = CallRecorder(self.session, self.summarizer, self.framework)
@@ -71,6 +71,11 @@ class Debugger:
     @staticmethod
     def current_rank():
         """The rank of this process in the framework's distributed group, or None when there is none."""
+        return None
+
+    @staticmethod
+    def current_world_size():
+        """The number of ranks in that group, or None when there is none."""
         return None
 
     def make_summarizer(self):

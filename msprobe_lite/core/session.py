@@ -48,11 +48,12 @@ class Session:
     """
 
     def __init__(self, config, framework: str, module_kind: str, framework_packages=(),
-                 rank_fn=lambda: None, resolver=None):
+                 rank_fn=lambda: None, resolver=None, world_fn=lambda: None):
         self.config = config
         self.framework = framework
         self.module_kind = module_kind
         self.rank_fn = rank_fn
+        self.world_fn = world_fn          # the number of ranks of the job, None in a single-process run
         self.resolver = resolver          # adapter callback: fills pending statistics, queues deferred files
         self.filter = RecordFilter(config.selection.scope, config.selection.list, config.directions,
                                    config.parts)
@@ -116,10 +117,18 @@ class Session:
             if self.rank is None:
                 log.warning("config rank=%s selects no rank of this non-distributed run (it counts as rank 0): "
                             "nothing will be dumped", selection.to_list())
-            else:  # usual for all ranks but the chosen ones; if every rank says it, the list is wrong
+            elif self._selects_none_of_the_job(selection):  # every rank says the same: the list is wrong
+                world = self.world_fn()
+                log.warning("config rank=%s selects no rank of this %d-rank job (ranks 0 to %d): nothing will be "
+                            "dumped", selection.to_list(), world, world - 1)
+            else:  # usual for all ranks but the chosen ones
                 log.info("config rank=%s does not select rank %d: this process dumps nothing",
                          selection.to_list(), self.rank)
         return False
+
+    def _selects_none_of_the_job(self, selection) -> bool:
+        world = self.world_fn()
+        return bool(world) and selection.spans[0][0] >= world  # spans: sorted, merged (config.IndexSet)
 
     # -- life cycle -----------------------------------------------------------------------------------------
     def start(self) -> bool:

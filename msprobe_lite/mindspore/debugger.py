@@ -55,6 +55,12 @@ class PrecisionDebugger(Debugger):
 
         return get_rank() if GlobalComm.INITED else None
 
+    @staticmethod
+    def current_world_size():
+        from mindspore.communication import GlobalComm, get_group_size
+
+        return get_group_size() if GlobalComm.INITED else None
+
     def make_summarizer(self):
         return MindSporeSummarizer(self.session, Quiet(self._depth))
 

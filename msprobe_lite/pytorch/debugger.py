@@ -29,6 +29,13 @@ class PrecisionDebugger(Debugger):
         return None
 
     @staticmethod
+    def current_world_size():
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_world_size()
+        return None
+
+    @staticmethod
     def c_routes() -> tuple:
         return (("value encoding (pytorch/_fast_encode.c)", summary.FastEncoder),
                 ("the API capture's handler (pytorch/_fast_capture.c)", api_capture.FastHandler))
