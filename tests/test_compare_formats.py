@@ -131,6 +131,18 @@ def test_malformed_files_are_named_with_what_was_expected(tmp_path, file, conten
     assert str(folder / file) in str(info.value) and expected in str(info.value)
 
 
+def test_a_rank_folder_without_its_dump_json_is_named(tmp_path):
+    """A dump root whose rank folder holds no dump.json (a run that recorded nothing, or one still writing)
+    read only the generic "no dump found"; the folder is now named."""
+    (tmp_path / "d" / "step0" / "rank").mkdir(parents=True)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CompareError, match=r"d: no dump found: step0/rank holds no dump.json \(a run that recorded "
+                                           r"nothing there, or one still writing\); expected a dump.json"):
+        run(tmp_path / "d", V1_2, tmp_path / "out")
+    with pytest.raises(CompareError, match=r"empty: no dump found: expected a dump.json"):
+        run(tmp_path / "empty", V1_2, tmp_path / "out")
+
+
 _JUNK = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=True) | st.text(max_size=3),
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
                          ["type", "dtype", "shape", "Max", "value", "x"]), inner, max_size=4), max_leaves=6)

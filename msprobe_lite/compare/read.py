@@ -206,9 +206,26 @@ def resolve(path: str) -> list:
                     for d in _rank_dirs(os.path.join(path, s))]
         if out:
             return out
-    raise DumpError(f"{path}: no dump found: expected a dump.json (debug.json at level debug), a rank folder "
-                    f"(rank, rank<R>, proc<pid>) holding one, a step<N> folder, or a dump root with step<N> "
-                    f"folders")
+    empty = _rank_folders_without_data(path, steps)
+    found = (f" {', '.join(empty[:3])}{', ...' if len(empty) > 3 else ''} "
+             f"hold{'s' if len(empty) == 1 else ''} no dump.json (a run that recorded nothing there, or one still "
+             f"writing);") if empty else ""
+    raise DumpError(f"{path}: no dump found:{found} expected a dump.json (debug.json at level debug), a rank "
+                    f"folder (rank, rank<R>, proc<pid>) holding one, a step<N> folder, or a dump root with "
+                    f"step<N> folders")
+
+
+def _rank_folders_without_data(path: str, steps: list) -> list:
+    """The rank folders of `path` (a step folder) or of its step folders that hold no data file, relative."""
+    out = []
+    for step in [""] + steps:
+        folder = os.path.join(path, step)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        out += [os.path.join(step, d) for d in names if _RANK.match(d) and os.path.isdir(os.path.join(folder, d))]
+    return out
 
 
 def pair_inputs(target: str, golden: str) -> tuple:
