@@ -429,7 +429,12 @@ def test_a_name_mapping_pairs_renamed_modules_and_says_a_fragment_that_matches_n
     mapping.write_text("Module.encodr_v2: Module.encoder\n")
     (pair,) = compare(str(target), str(golden), str(tmp_path / "typo"), mapping=str(mapping)).pairs
     assert pair["mapping_unused"] == ["Module.encodr_v2"]
-    assert "mapping: 'Module.encodr_v2' matched no record name of the target" in capsys.readouterr().out
+    assert pair["mapping_close"] == {"Module.encodr_v2": "Module.encoder_v2"}  # from the dump's names
+    assert "mapping: 'Module.encodr_v2' (did you mean 'Module.encoder_v2'?) matched no record name of the target" \
+        in capsys.readouterr().out
+    mapping.write_text("Zzz.qqq: Module.encoder\n")
+    (pair,) = compare(str(target), str(golden), str(tmp_path / "far"), mapping=str(mapping)).pairs
+    assert pair["mapping_close"] == {} and "mapping: 'Zzz.qqq' matched no record" in capsys.readouterr().out
 
 
 def test_steps_and_ranks_of_one_side_only_are_said_and_lone_ranks_pair(tmp_path, capsys):

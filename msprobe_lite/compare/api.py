@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import difflib
 import json
 import os
 import sys
@@ -72,6 +73,16 @@ def _load_mapping(path):
         return name
     rename.fragments = [old for old, _ in items]  # to say which match no record (a typo maps nothing)
     return rename
+
+
+def _closest_fragments(fragments, names) -> dict:
+    """{fragment: the closest leading part of a record name} for mapping fragments that matched no name (a typo:
+    'Modul.fc9' -> 'Module.fc1'); a fragment with nothing close is left out."""
+    if not fragments:
+        return {}
+    heads = {".".join(parts[:i]) for parts in (n.split(".") for n in names) for i in range(2, len(parts) - 1)}
+    close = {f: difflib.get_close_matches(f, heads, n=1, cutoff=0.6) for f in fragments}
+    return {f: c[0] for f, c in close.items() if c}
 
 
 def _tensor_measurer(measured: dict):
@@ -366,7 +377,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         files.append(xlsx_path)
     unused = [f for f in getattr(rename, "fragments", ()) if not any(f in name for name in target.records)]
     summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
-                    "mapping_unused": unused,
+                    "mapping_unused": unused, "mapping_close": _closest_fragments(unused, target.records),
                     "counts": counts, "first_divergence": first, "first_only_in_target": extra,
                     "first_error": first_error, "first_seen": first_seen, "first_warning": first_warning,
                     "note": note,
@@ -424,8 +435,12 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
             print(report.console_line(pair))
     unused = set.intersection(*(set(p["mapping_unused"]) for p in summary.pairs))
     if unused and not quiet:
-        print(f"mapping: {', '.join(repr(f) for f in sorted(unused))} matched no record name of the target "
-              f"(expected fragments of its names, such as 'Module.encoder_v2'): nothing was renamed by them")
+        close = {}
+        for p in summary.pairs:
+            close.update({f: c for f, c in p["mapping_close"].items() if f in unused and f not in close})
+        said = ", ".join(repr(f) + (f" (did you mean {close[f]!r}?)" if f in close else "") for f in sorted(unused))
+        print(f"mapping: {said} matched no record name of the target (expected fragments of its names, such as "
+              f"'Module.encoder_v2' in 'Module.encoder_v2.Linear.forward.0'): nothing was renamed by them")
     summary.not_compared = {side: [{"step": s, "rank": r} for s, r in places] for side, places in left.items()}
     for side, places in left.items():
         if places and not quiet:  # a step or rank of one side only: said, never dropped without a word
