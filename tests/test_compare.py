@@ -591,7 +591,7 @@ def test_at_l1_inputs_or_a_weight_that_differ_before_any_call_are_named(tmp_path
     a weight is an argument there, and the input that differs most is named."""
     from msprobe_lite.compare.report import console_line
 
-    def dump(path, shift=0.0, bump=0.0):
+    def dump(path, shift=0.0, bump=0.0, scale=None):
         torch.manual_seed(1)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
         x, y = torch.randn(4, 8) + shift, torch.randint(0, 4, (4,))
@@ -599,6 +599,8 @@ def test_at_l1_inputs_or_a_weight_that_differ_before_any_call_are_named(tmp_path
             model[2].weight[0] += bump
         d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
         d.start(model=model)
+        if scale is not None:
+            x = torch.mul(x, scale)  # a call the golden does not make
         torch.nn.functional.cross_entropy(model(x), y).backward()
         d.stop()
         d.step()
@@ -626,6 +628,13 @@ def test_at_l1_inputs_or_a_weight_that_differ_before_any_call_are_named(tmp_path
 
     (p,) = run(dump(tmp_path / "same"), golden, tmp_path / "out_same").pairs
     assert p["first_seen"] is None and p["counts"]["warning"] == 0 and p["counts"]["error"] == 0
+
+    # an earlier call that paired with nothing is not compared: the reason points at it
+    (p,) = run(dump(tmp_path / "extra", scale=1.5), golden, tmp_path / "out_extra").pairs
+    assert p["first_only_in_target"]["name"] == "Torch.mul.0.forward", p
+    assert p["first_seen"]["name"] == "Functional.linear.0.forward"
+    assert p["first_seen"]["reason"].endswith("; 1 earlier forward call of the target did not pair with the "
+                                              "golden's and is not compared: the difference may come from it")
 
 
 @pytest.mark.parametrize("level", ["L0", "mix"])

@@ -280,6 +280,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
     # the largest output (input) difference of the calls of each direction judged so far
     out_seen, in_seen = {"forward": 0.0, "backward": 0.0}, {"forward": 0.0, "backward": 0.0}
+    unpaired_before = 0   # forward calls of the target judged so far that paired with nothing
     # module record -> out_seen["forward"] when the first call inside it was judged (mix: its calls come before it);
     # what explains a module's inputs and parameters is what ran before it, not inside it
     before_inside: dict = {}
@@ -318,6 +319,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         if direction in out_seen and verdict.result != UNMATCHED:
             out_seen[direction] = max(out_seen[direction], verdict.out_err)
             in_seen[direction] = max(in_seen[direction], verdict.in_err)
+        elif direction == "forward" and pair.target:  # not compared: a difference it made is not in out_seen
+            unpaired_before += 1
         if direction == "backward":  # its module's parameter gradients come after it
             size, count, eps = grad_inputs.get(base, NO_GRAD_INPUTS)
             grad_inputs[base] = (max(size, verdict.inputs_size), max(count, verdict.inputs_numel),
@@ -353,7 +356,12 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                                else result)
         if (first is None and verdict.introduced) or (first_error is None and verdict.result == ERROR) or \
                 (first_seen is None and verdict.first_seen) or (first_warning is None and verdict.result == WARNING):
-            found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
+            reason = "; ".join(verdict.reasons)
+            if verdict.first_seen and unpaired_before:
+                reason += (f"; {unpaired_before} earlier forward call{'s' if unpaired_before > 1 else ''} of the "
+                           f"target did not pair with the golden's and {'are' if unpaired_before > 1 else 'is'} not "
+                           f"compared: the difference may come from {'them' if unpaired_before > 1 else 'it'}")
+            found = {"name": pair.target, "golden_name": pair.golden, "reason": reason,
                      "stack": stack,
                      "parents": _parents(target, pair.target) or _parents(target, _place(pair.target))}
             if first is None and verdict.introduced:
