@@ -305,6 +305,18 @@ def test_save_before_start_is_said_once(tmp_path, capsys):
     assert "outside start()" not in capsys.readouterr().err
 
 
+def test_a_debug_step_without_save_is_said_once(tmp_path, capsys):
+    """Level debug records only save(): a loop that never calls it left an empty dump folder without a word
+    (a new user's trial), and compare then said only "no dump found"."""
+    d = debugger(tmp_path, level="debug")
+    for _ in range(2):
+        once(d, lambda: torch.ones(2).sum())
+    err = capsys.readouterr().err
+    assert err.count("step 0: level debug recorded nothing: it records only what save(value, name) is given") == 1
+    once(d, lambda: d.save(torch.ones(1), "x"))
+    assert "recorded nothing" not in capsys.readouterr().err
+
+
 def test_save_at_other_levels_warns(tmp_path, capsys):
     d = debugger(tmp_path, level="L1")
     once(d, lambda: d.save(torch.ones(1), "x"))

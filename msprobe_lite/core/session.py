@@ -62,6 +62,7 @@ class Session:
         self.rank = None
         self.forward_on = False           # between start() and stop()
         self.step_open = False            # between start() and step(): backward still recorded
+        self._said_no_save = False        # level debug: a step without save() was said
         self.finished = False             # past the last selected step: nothing more, ever
         self.thread = None                # the thread that called start(): module calls of others are not ours
         self._said_dumping = False
@@ -155,6 +156,10 @@ class Session:
         self.prepared.discard()
         if self.step_open:
             self._say_unmatched_filters()
+            if self.config.level == "debug" and not self.records and not self._said_no_save:
+                self._said_no_save = True  # a dump folder with nothing in it, and compare's "no dump found"
+                log.warning("step %d: level debug recorded nothing: it records only what save(value, name) is "
+                            "given between start() and step() (said once)", self.step)
         self.step_open = False
         self.step += 1
         self._reset_step()
