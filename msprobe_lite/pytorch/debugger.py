@@ -23,17 +23,11 @@ class PrecisionDebugger(Debugger):
     @staticmethod
     def current_rank():
         """The torch.distributed rank when a process group is initialised, else None (a single-process run)."""
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank()
-        return None
+        return _of_process_group("get_rank")
 
     @staticmethod
     def current_world_size():
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_world_size()
-        return None
+        return _of_process_group("get_world_size")
 
     @staticmethod
     def c_routes() -> tuple:
@@ -45,3 +39,9 @@ class PrecisionDebugger(Debugger):
 
     def make_api_capture(self):
         return ApiCapture.make(self.session, self.recorder, self.summarizer, self.modules)
+
+
+def _of_process_group(getter: str):
+    """torch.distributed.<getter>() when a process group is initialised, else None."""
+    dist = torch.distributed
+    return getattr(dist, getter)() if dist.is_available() and dist.is_initialized() else None
