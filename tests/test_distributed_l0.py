@@ -139,3 +139,4 @@ def test_compare_of_ddp_ranks_says_where_another_ranks_difference_comes_in(tmp_p
     assert ACROSS_RANKS in untouched["first_divergence"]["reason"]
     assert changed["first_seen"]["name"] == "Module.module.0.Linear.forward.0", changed
     assert "(most in input.0)" in changed["first_seen"]["reason"]
+    assert "distributed" not in changed["first_seen"]["reason"]  # step 0's input data: no all-reduce reaches it

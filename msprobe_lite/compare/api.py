@@ -199,6 +199,15 @@ def _left_out_by_level(name: str, target_level: str, golden_level: str) -> bool:
     return (other == "L1" and is_module(name)) or (other == "L0" and not is_module(name))
 
 
+def _unpaired_forward(pair, target_level: str, golden_level: str) -> bool:
+    """A forward call of either dump that paired with nothing, other than one the other level never records."""
+    if pair.target and pair.golden:
+        return False
+    name, mine, other = (pair.target, target_level, golden_level) if pair.target else \
+        (pair.golden, golden_level, target_level)
+    return split_name(name)[1] == "forward" and not _left_out_by_level(name, mine, other)
+
+
 def _levels(target_level: str, golden_level: str) -> tuple:
     """(note, by_parent): what a compare of dumps of two levels pairs, in words for the answer line (None for
     one level), and whether calls pair within their parent modules (an L1 dump keeps none). L0 records
@@ -263,7 +272,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     pairs = pair_records(target, golden, rename_t, g_names.record if g_names else _as_is, by_parent)
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
     judge = Judge(mode, _tensor_measurer(measured), t_names and t_names.row_tail, g_names and g_names.row_tail,
-                  distributed=rank is not None)
+                  distributed=rank is not None, later_step=bool(step))
     inner = _inner_eps(pairs, target, golden)
     tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"
     csv_path = os.path.join(output_dir, f"compare_result_{tag}_{timestamp}.csv")
@@ -280,7 +289,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
     # the largest output (input) difference of the calls of each direction judged so far
     out_seen, in_seen = {"forward": 0.0, "backward": 0.0}, {"forward": 0.0, "backward": 0.0}
-    unpaired_before = 0   # forward calls of the target judged so far that paired with nothing
+    unpaired_before = 0   # forward calls of either dump so far that paired with nothing (not by design)
+    backward_begun = False  # a backward record came: later forward calls are the optimizer's and the like
     # module record -> out_seen["forward"] when the first call inside it was judged (mix: its calls come before it);
     # what explains a module's inputs and parameters is what ran before it, not inside it
     before_inside: dict = {}
@@ -299,14 +309,17 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         base, direction, index = split_name(pair.target) if pair.target else (None, None, None)
         if missing == "inputs" and direction in out_seen:  # a backward computes from its forward's values too
             upstream = max(upstream, out_seen[direction], out_seen["forward"])
-        # whether its inputs differ more than earlier outputs explain: asked of module calls, and of API calls
-        # that no module record holds (at L1; at mix a module's record, which comes after its calls, is asked
-        # with its parameters apart). An API call's weights are among its arguments: one loaded wrongly, or
-        # moved differently by earlier steps, shows there. Without it, an L1 compare of runs whose input data
-        # differ read "all pass".
+        # whether its inputs differ more than earlier outputs explain: asked of module calls, and of the forward
+        # pass's API calls that no judged module record holds (at L1, or against an L1 golden; at mix a module's
+        # record, which comes after its calls, is asked with its parameters apart). An API call's weights are
+        # among its arguments: one loaded wrongly, or moved differently by earlier steps, shows there. Without
+        # it, an L1 compare of runs whose input data differ read "all pass". Calls after the backward pass (the
+        # optimizer's, gradient clipping) take gradients, whose noise only the backward records' judging knows.
         owner = params_grad_owner(pair.target) if pair.target else None
         chain = _parents(target, pair.target) if pair.target else []
-        asked = direction == "forward" and (is_module(pair.target) or not chain)
+        asked = direction == "forward" and (is_module(pair.target) or
+                                             (not backward_begun and (not chain or not by_parent)))
+        backward_begun = backward_begun or direction == "backward"
         if direction == "forward":
             for parent in chain:
                 before_inside.setdefault(parent, out_seen["forward"])
@@ -315,11 +328,12 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         else:
             explained = before_inside.get(pair.target, out_seen["forward"]) if asked else None
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
-                                           upstream, explained, grad_inputs.get(owner, NO_GRAD_INPUTS), missing)
+                                           upstream, explained, grad_inputs.get(owner, NO_GRAD_INPUTS), missing,
+                                           unpaired_before)
         if direction in out_seen and verdict.result != UNMATCHED:
             out_seen[direction] = max(out_seen[direction], verdict.out_err)
             in_seen[direction] = max(in_seen[direction], verdict.in_err)
-        elif direction == "forward" and pair.target:  # not compared: a difference it made is not in out_seen
+        elif _unpaired_forward(pair, target.level, golden.level):  # not compared: what it made is not in out_seen
             unpaired_before += 1
         if direction == "backward":  # its module's parameter gradients come after it
             size, count, eps = grad_inputs.get(base, NO_GRAD_INPUTS)
@@ -356,12 +370,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                                else result)
         if (first is None and verdict.introduced) or (first_error is None and verdict.result == ERROR) or \
                 (first_seen is None and verdict.first_seen) or (first_warning is None and verdict.result == WARNING):
-            reason = "; ".join(verdict.reasons)
-            if verdict.first_seen and unpaired_before:
-                reason += (f"; {unpaired_before} earlier forward call{'s' if unpaired_before > 1 else ''} of the "
-                           f"target did not pair with the golden's and {'are' if unpaired_before > 1 else 'is'} not "
-                           f"compared: the difference may come from {'them' if unpaired_before > 1 else 'it'}")
-            found = {"name": pair.target, "golden_name": pair.golden, "reason": reason,
+            found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
                      "stack": stack,
                      "parents": _parents(target, pair.target) or _parents(target, _place(pair.target))}
             if first is None and verdict.introduced:

@@ -48,8 +48,11 @@ ONE_FRAMEWORKS_ARGUMENT = "an argument of the %s's framework only"
 ACROSS_RANKS = ("one rank of a distributed run: parameter gradients are read after the backward pass, when DDP's "
                 "all-reduce (no record) has averaged them across ranks, so a difference made on another rank shows "
                 "here first; see the other ranks' lines")
-ACROSS_RANKS_INPUTS = ("one rank of a distributed run: DDP's all-reduce of gradients is such code, and brings a "
-                       "difference made on another rank in; see the other ranks' lines")
+ACROSS_RANKS_WEIGHTS = ("one rank of a distributed run: earlier steps updated the weights from gradients that "
+                        "DDP's all-reduce (no record) averaged across ranks, so a difference made on another rank "
+                        "reaches them; see the other ranks' lines")
+_WEIGHTS_DIFFER = ("the weights are not the golden's (converted, loaded or initialised differently), or earlier "
+                   "steps updated them differently")
 # why a call's inputs differ more than the earlier calls' outputs explain (Judge.judge, first_seen)
 _PARTED_BEFORE_MODULE = ("the runs parted before this call, in code that is not recorded (at L0 what runs "
                          "between modules; at mix calls outside the API list or left out by a filter), in the "
@@ -151,9 +154,11 @@ def _fmt(x: float) -> str:
 class Judge:
     """Measures and judges record pairs in one mode (statistics, md5, tensor)."""
 
-    def __init__(self, mode: str, measure=None, tail=None, golden_tail=None, distributed: bool = False):
+    def __init__(self, mode: str, measure=None, tail=None, golden_tail=None, distributed: bool = False,
+                 later_step: bool = False):
         self.mode = mode
         self.distributed = distributed  # one rank of several: its parameter gradients hold the others' too
+        self.later_step = later_step    # past step 0: weights were updated from such gradients
         # row names after their record, in one naming for both sides (`.parameters.gamma` of a MindSpore
         # side read as PyTorch's `.parameters.weight`); None: as written
         self.tail = tail
@@ -235,7 +240,8 @@ class Judge:
 
     # -- one record pair ---------------------------------------------------------------------------------
     def judge(self, pair, t_dump, g_dump, stack: str = "", inner_eps: float = 0.0, upstream: float = 0.0,
-              explained: float | None = None, grad_inputs: tuple = NO_GRAD_INPUTS, missing: str | None = None) -> tuple:
+              explained: float | None = None, grad_inputs: tuple = NO_GRAD_INPUTS, missing: str | None = None,
+              unpaired: int = 0) -> tuple:
         """(rows, Verdict) for a Pair. `inner_eps`: the coarsest precision of the calls made inside this one
         (a module under autocast computes in bf16 between fp32 inputs and outputs). `upstream`: how much
         what this call also depends on already differs (a backward depends on its forward's inputs).
@@ -243,7 +249,8 @@ class Judge:
         `grad_inputs` (parameter gradients): (inputs_size, inputs_numel, eps) of their module's backward
         records. `missing`: "inputs" or "outputs" when a data_mode filter left that part out of a dump; then
         `upstream` holds the earlier calls' output difference (inputs missing) and `explained` their input
-        difference (outputs missing), and the reasons say so."""
+        difference (outputs missing), and the reasons say so. `unpaired`: forward calls before this one that
+        paired with nothing (not compared, so not in `explained`)."""
         if pair.target is None or pair.golden is None:
             side, name, dump = ("target", pair.target, t_dump) if pair.golden is None else \
                 ("golden", pair.golden, g_dump)
@@ -276,6 +283,7 @@ class Judge:
         outputs = []         # (index in errs[OUTPUT], target, golden) of tensor outputs, statistics mode
         data_err = 0.0       # the largest difference of the tensor inputs that are not the call's parameters
         data_at = ""         # the row suffix of that input (".input.0")
+        data_grad = False    # whether that input requires grad in the golden run (an API call's weight)
         param_err = 0.0      # the largest difference of the call's parameters (a module's weights)
         outputs_size = 0.0   # the largest golden magnitude of the floating-point tensor outputs
         # the parts (input, output) each dump holds: a dump made with a `data_mode` filter has one only
@@ -306,7 +314,7 @@ class Judge:
                         if suffix.startswith(".parameters."):
                             param_err = max(param_err, err)
                         elif err >= data_err:
-                            data_err, data_at = err, suffix
+                            data_err, data_at, data_grad = err, suffix, g_row.obj.get("requires_grad") is True
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
                                      f"{_value(t_row.obj)!r} vs {_value(g_row.obj)!r}")
@@ -372,20 +380,29 @@ class Judge:
             floor = max(DRIFT_MARGIN * tol, AMPLIFICATION * explained)
             if max(data_err, param_err) > floor:
                 inputs = data_err > floor
-                what, err, why = ("inputs already differ", data_err,
-                                  _PARTED_BEFORE_MODULE if is_module(pair.target) else _PARTED_BEFORE_API) \
-                    if inputs else \
-                    ("its parameters differ", param_err, "the weights are not the golden's (converted, loaded or "
-                     "initialised differently), or earlier steps updated them differently")
+                # an API call's argument that requires grad, most likely a weight (data does not, and the
+                # outputs of earlier calls, which do, are what `explained` counts)
+                weight = inputs and data_grad and not is_module(pair.target)
+                if not inputs:
+                    what, err, why = "its parameters differ", param_err, _WEIGHTS_DIFFER
+                else:
+                    what, err = "inputs already differ", data_err
+                    why = _WEIGHTS_DIFFER if weight else \
+                        _PARTED_BEFORE_MODULE if is_module(pair.target) else _PARTED_BEFORE_API
                 if missing == "outputs" and inputs:  # no call's outputs: its inputs are all there is
                     # (gradients are computed from the forward pass's values as well)
                     before = "the forward pass, the backward call before it" if gradients else "the call before it"
                     why = (f"outputs are not dumped (data_mode): {before}, code between that is not recorded, or "
                            f"a weight passed to it (an argument, at L1 and mix) made them differ")
-                if inputs and self.distributed:
-                    why += "; " + ACROSS_RANKS_INPUTS
+                if self.distributed and self.later_step and (weight or not inputs):
+                    why += "; " + ACROSS_RANKS_WEIGHTS
+                if unpaired:
+                    why += (f"; {unpaired} earlier forward call{'s' if unpaired > 1 else ''} did not pair with a call "
+                            f"of the other run and {'are' if unpaired > 1 else 'is'} not compared: the difference "
+                            f"may come from {'them' if unpaired > 1 else 'it'}")
                 verdict.first_seen = True
-                where = f" (most in {data_at.lstrip('.')})" if inputs else ""
+                where = f" (most in {data_at.lstrip('.')}{', which requires grad: a weight' if weight else ''})" \
+                    if inputs else ""
                 verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude{where}, earlier calls' "
                                           f"{'inputs' if missing == 'outputs' else 'outputs'} by at most "
                                           f"{_fmt(explained)}: {why}")
