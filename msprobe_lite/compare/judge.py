@@ -369,49 +369,55 @@ class Judge:
                 if magnitude(g_obj) < floor and magnitude(t_obj) < floor and errs[OUTPUT][at] != math.inf:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
         self._decide(verdict, errs, extra, eps, t_rows, new_nonfinite, argument_err, one_sided, missing)
-        # Inputs that differ beyond what every earlier call's outputs explain: the runs parted before this call,
-        # in code that no record covers (at L0, what runs between modules), in the input data, or in earlier
-        # steps. Without it, an L0 compare of two runs that clearly differ read "9 pass, 0 error".
-        # A module's own parameters that differ likewise: its weights are not the golden's (converted, loaded or
-        # initialised differently: the commonest porting bug), or earlier steps updated them differently. Its
-        # output differs as much, which its inputs explain, so without this a weight changed at step 0 read
-        # "all pass".
         if explained is not None and not verdict.introduced and self.mode != "md5":
-            floor = max(DRIFT_MARGIN * tol, AMPLIFICATION * explained)
-            if max(data_err, param_err) > floor:
-                inputs = data_err > floor
-                # an API call's argument that requires grad, most likely a weight (data does not, and the
-                # outputs of earlier calls, which do, are what `explained` counts)
-                weight = inputs and data_grad and not is_module(pair.target)
-                if not inputs:
-                    what, err, why = "its parameters differ", param_err, _WEIGHTS_DIFFER
-                else:
-                    what, err = "inputs already differ", data_err
-                    why = _WEIGHTS_DIFFER if weight else \
-                        _PARTED_BEFORE_MODULE if is_module(pair.target) else _PARTED_BEFORE_API
-                if missing == "outputs" and inputs:  # no call's outputs: its inputs are all there is
-                    # (gradients are computed from the forward pass's values as well)
-                    before = "the forward pass, the backward call before it" if gradients else "the call before it"
-                    why = (f"outputs are not dumped (data_mode): {before}, code between that is not recorded, or "
-                           f"a weight passed to it (an argument, at L1 and mix) made them differ")
-                if self.distributed and self.later_step and (weight or not inputs):
-                    why += "; " + ACROSS_RANKS_WEIGHTS
-                if unpaired:
-                    why += (f"; {unpaired} earlier forward call{'s' if unpaired > 1 else ''} did not pair with a call "
-                            f"of the other run and {'are' if unpaired > 1 else 'is'} not compared: the difference "
-                            f"may come from {'them' if unpaired > 1 else 'it'}")
-                verdict.first_seen = True
-                where = f" (most in {data_at.lstrip('.')}{', which requires grad: a weight' if weight else ''})" \
-                    if inputs else ""
-                verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude{where}, earlier calls' "
-                                          f"{'inputs' if missing == 'outputs' else 'outputs'} by at most "
-                                          f"{_fmt(explained)}: {why}")
+            self._first_seen(verdict, pair.target, explained, tol, (data_err, data_at, data_grad), param_err,
+                             missing, gradients, unpaired)
         if self.distributed and verdict.introduced and params_grad_owner(pair.target):
             verdict.raise_to(ERROR, ACROSS_RANKS)
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
         self._finish_rows(rows, row_problems, verdict, stack)
         return rows, verdict
+
+    def _first_seen(self, verdict, name, explained, tol, data, param_err, missing, gradients, unpaired) -> None:
+        """Inputs that differ beyond what every earlier call's outputs (`explained`) explain: the runs parted
+        before this call, in code that no record covers (at L0, what runs between modules), in the input data,
+        or in earlier steps. Without it, an L0 compare of two runs that clearly differ read "9 pass, 0 error".
+        A module's own parameters that differ likewise: its weights are not the golden's (converted, loaded or
+        initialised differently: the commonest porting bug), or earlier steps updated them differently. Its
+        output differs as much, which its inputs explain, so without this a weight changed at step 0 read "all
+        pass". `data`: (the largest difference of the inputs that are not parameters, its row suffix, whether
+        that input requires grad in the golden run)."""
+        data_err, data_at, data_grad = data
+        floor = max(DRIFT_MARGIN * tol, AMPLIFICATION * explained)
+        if max(data_err, param_err) <= floor:
+            return
+        inputs = data_err > floor
+        # an API call's argument that requires grad, most likely a weight (data does not, and the outputs of
+        # earlier calls, which do, are what `explained` counts)
+        weight = inputs and data_grad and not is_module(name)
+        if not inputs:
+            what, err, why = "its parameters differ", param_err, _WEIGHTS_DIFFER
+        else:
+            what, err = "inputs already differ", data_err
+            why = _WEIGHTS_DIFFER if weight else _PARTED_BEFORE_MODULE if is_module(name) else _PARTED_BEFORE_API
+        if missing == "outputs" and inputs:  # no call's outputs: its inputs are all there is
+            # (gradients are computed from the forward pass's values as well)
+            before = "the forward pass, the backward call before it" if gradients else "the call before it"
+            why = (f"outputs are not dumped (data_mode): {before}, code between that is not recorded, or a weight "
+                   f"passed to it (an argument, at L1 and mix) made them differ")
+        if self.distributed and self.later_step and (weight or not inputs):
+            why += "; " + ACROSS_RANKS_WEIGHTS
+        if unpaired:
+            why += (f"; {unpaired} earlier forward call{'s' if unpaired > 1 else ''} did not pair with a call of "
+                    f"the other run and {'are' if unpaired > 1 else 'is'} not compared: the difference may come "
+                    f"from {'them' if unpaired > 1 else 'it'}")
+        verdict.first_seen = True
+        where = f" (most in {data_at.lstrip('.')}{', which requires grad: a weight' if weight else ''})" \
+            if inputs else ""
+        verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude{where}, earlier calls' "
+                                  f"{'inputs' if missing == 'outputs' else 'outputs'} by at most "
+                                  f"{_fmt(explained)}: {why}")
 
     def _one_sided(self, suffix, row, only: list, side: str) -> list:
         """The problems of a scalar argument that one run passes and the other does not. In one framework, a
