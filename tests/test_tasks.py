@@ -376,6 +376,56 @@ def test_overflow_check_keeps_the_place_of_a_backward_overflow(tmp_path):
     assert [names for names, _ in stacks.values()] == [["Torch.sqrt.0.forward"]]
 
 
+class _MaskedScores(nn.Module):
+    """Causal attention scores, masked with -inf as every GPT does; `overflow` makes a later fp16 product
+    overflow for real."""
+
+    def __init__(self, overflow: bool):
+        super().__init__()
+        self.qk, self.overflow = nn.Linear(8, 16), overflow
+
+    def forward(self, x):
+        q, k = self.qk(x).chunk(2, -1)
+        att = (q @ k.transpose(-1, -2)).masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+        h = torch.softmax(att, -1) @ q
+        if self.overflow:
+            h = h.half() * 1e6  # past float16's 65504
+        return h.float().sum()
+
+
+@pytest.mark.parametrize("overflow", [False, True])
+def test_overflow_check_does_not_count_a_minus_inf_mask(tmp_path, capsys, overflow):
+    """`masked_fill(mask, -inf)` puts infinities in its output from its argument: counted, the causal mask
+    took the one overflow of the default overflow_nums at every step and hid a real overflow after it, and
+    the offline analysis named the mask as the first overflow (a new user's trial). It is written (its
+    output holds -inf) but not counted or logged; the real overflow is."""
+    from msprobe_lite.compare.overflow import analyse
+
+    torch.manual_seed(0)
+    model, x = _MaskedScores(overflow), torch.randn(5, 8)
+    d = debugger(tmp_path, task="overflow_check", level="L1")
+    once(d, lambda: model(x), model)
+    err = capsys.readouterr().err
+    names = list(data(tmp_path / "dump"))
+    assert names[0] == "Tensor.masked_fill.0.forward"
+    result = analyse(str(tmp_path / "dump" / "step0"), str(tmp_path / "out"), quiet=True)["ranks"][0]
+    assert result["first_nonfinite"]["name"] == "Tensor.masked_fill.0.forward"
+    if overflow:
+        assert err.count("overflow 1: Tensor.mul.0.forward produced NaN/Inf") == 1 and "overflow 2" not in err
+        assert result["first_overflow"]["name"] == "Tensor.mul.0.forward" and "Tensor.mul.0.forward" in names
+    else:
+        assert "produced NaN/Inf" not in err and result["first_overflow"] is None
+
+
+def test_overflow_analysis_of_a_step_that_did_not_overflow_says_why_it_is_missing(tmp_path):
+    from msprobe_lite.compare.overflow import analyse
+    from msprobe_lite.compare.read import DumpError
+
+    (tmp_path / "dump").mkdir()
+    with pytest.raises(DumpError, match="has a step folder only for a step that overflowed"):
+        analyse(str(tmp_path / "dump" / "step0"), str(tmp_path / "out"), quiet=True)
+
+
 @pytest.mark.parametrize("limit,expected", [(1, 1), (-1, None)])
 def test_overflow_check_writes_only_overflowing_calls(tmp_path, capsys, limit, expected):
     torch.manual_seed(0)

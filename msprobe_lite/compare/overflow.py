@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from ..core.writer import make_dirs, write_atomic
@@ -10,30 +11,60 @@ from .read import DumpError, load_dump, place, resolve
 from .rows import INPUT, OUTPUT
 
 
-def first_overflow(dump) -> dict | None:
+def _finite_row(row) -> bool:
+    """A tensor's statistics, or a float argument's value (a `-inf` fill value), hold no NaN/Inf."""
+    if row.is_tensor:
+        return finite(row.obj)
+    value = row.obj.get("value") if isinstance(row.obj, dict) else None
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def first_overflow(dump) -> tuple:
+    """(the first call whose inputs and arguments are finite and whose outputs hold NaN/Inf, the first call
+    whose outputs hold NaN/Inf at all), each a dict or None. A call that turns a non-finite argument into a
+    non-finite output (a causal mask: `masked_fill(mask, float("-inf"))`) made nothing overflow."""
+    first_seen = None
     for name in dump.records:
         rows = dump.rows(name)   # a malformed record is a DumpError naming the file
-        inputs_ok = all(finite(r.obj) for r in rows if r.role == INPUT and r.is_tensor)
         bad = [r.name for r in rows if r.role == OUTPUT and r.is_tensor and not finite(r.obj)]
-        if bad and inputs_ok:
-            chain, parent = [], dump.parents.get(name)
-            while isinstance(parent, str) and parent not in chain:
-                chain.append(parent)
-                parent = dump.parents.get(parent)
-            return {"name": name, "outputs": bad, "stack": dump.stacks.get(name, []), "parents": chain}
-    return None
+        if not bad:
+            continue
+        chain, parent = [], dump.parents.get(name)
+        while isinstance(parent, str) and parent not in chain:
+            chain.append(parent)
+            parent = dump.parents.get(parent)
+        found = {"name": name, "outputs": bad, "stack": dump.stacks.get(name, []), "parents": chain}
+        first_seen = first_seen or found
+        if all(_finite_row(r) for r in rows if r.role == INPUT):
+            return found, first_seen
+    return None, first_seen
+
+
+def _at(found: dict) -> str:
+    return f" at {found['stack'][0]}".replace(", \n ", ": ") if found["stack"] else ""
 
 
 def analyse(path: str, output_dir: str | None = None, quiet: bool = False) -> dict:
     result = {"ranks": []}
-    for step, rank, dump_json in resolve(path):
-        found = first_overflow(load_dump(dump_json, step, rank))
-        result["ranks"].append({"step": step, "rank": rank, "dump": dump_json, "first_overflow": found})
+    try:
+        dumps = resolve(path)
+    except DumpError as exc:  # an overflow_check run writes a step's folder only when the step overflowed
+        if os.path.isdir(os.path.dirname(os.path.abspath(path))) or os.path.isdir(path):
+            raise DumpError(f"{exc} (a dump of task overflow_check has a step folder only for a step that "
+                            f"overflowed: none there means no call made NaN/Inf)") from None
+        raise
+    for step, rank, dump_json in dumps:
+        found, seen = first_overflow(load_dump(dump_json, step, rank))
+        result["ranks"].append({"step": step, "rank": rank, "dump": dump_json, "first_overflow": found,
+                                "first_nonfinite": seen})
         if not quiet:
             where = place(step, rank)  # `step 0`, not `step 0 rank None`, for a single-process run
             if found:
-                at = f" at {found['stack'][0]}".replace(", \n ", ": ") if found["stack"] else ""
-                print(f"[{where}] first overflow: {found['name']} ({', '.join(found['outputs'])}){at}")
+                print(f"[{where}] first overflow: {found['name']} ({', '.join(found['outputs'])}){_at(found)}")
+            elif seen:
+                print(f"[{where}] no call turns finite inputs into NaN/Inf; NaN/Inf first seen in the outputs of "
+                      f"{seen['name']}{_at(seen)}, which got them with its inputs or arguments: made by code that "
+                      f"is not recorded (at L0, between modules) or given as an argument (a -inf mask)")
             else:
                 print(f"[{where}] no call turns finite inputs into NaN/Inf")
     output_dir = output_dir or "."

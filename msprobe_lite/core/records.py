@@ -191,6 +191,20 @@ def json_default(obj):
     raise TypeError(f"cannot encode {type(obj).__name__}")
 
 
+def all_finite(value) -> bool:
+    """Whether every tensor and every float inside an encoded value is finite (a `-inf` fill value is not)."""
+    if isinstance(value, (TensorSummary, SavedTensor)):
+        return value.finite()
+    if isinstance(value, list):
+        return all(all_finite(v) for v in value)
+    if isinstance(value, dict):
+        number = value.get("value") if "type" in value else None
+        if number.__class__ is float:
+            return number - number == 0.0
+        return all(all_finite(v) for v in value.values())
+    return True
+
+
 def summaries_in(value):
     """Every TensorSummary/SavedTensor inside an encoded value."""
     if isinstance(value, (TensorSummary, SavedTensor)):

@@ -17,7 +17,7 @@ import weakref
 from . import writer
 from .filters import RecordFilter, matches_fragment
 from .naming import counterpart
-from .records import Record, summaries_in
+from .records import Record, all_finite, summaries_in
 from .safety import log, report_failure, report_unwritable
 from .stacks import StackCollector
 
@@ -249,14 +249,21 @@ class Session:
         return self.config.task == "overflow_check" and limit != -1 and self.overflows >= limit
 
     def _overflow_kept(self, record: Record) -> bool:
-        """Calls whose outputs hold NaN/Inf, in execution order, until overflow_nums of them."""
+        """Calls whose outputs hold NaN/Inf, in execution order, until overflow_nums calls have made them from
+        finite inputs and arguments. A call that got them with its inputs, or from a non-finite argument
+        (`masked_fill(mask, float("-inf"))`: every causal attention mask), is written but neither counted nor
+        logged: counted, the mask took the one overflow of the default overflow_nums and hid a real one,
+        and every call after a real one was logged as another."""
         if record.name in self._overflowing:
             return True
         data = record.data
-        outputs = data["output"] if isinstance(data, dict) and "output" in data else data
+        has_output = isinstance(data, dict) and "output" in data
+        outputs = data["output"] if has_output else data
         if all(s.finite() for s in summaries_in(outputs)) or self._overflow_limit_reached():
             return False
         self._overflowing.add(record.name)
+        if has_output and not all(all_finite(v) for k, v in data.items() if k != "output"):
+            return True
         self.overflows += 1
         frames = self.stacks.frames_of(record.name)
         where = " at " + frames[0].replace(", \n ", ": ") if frames else ""
