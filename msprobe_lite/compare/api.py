@@ -317,8 +317,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         # optimizer's, gradient clipping) take gradients, whose noise only the backward records' judging knows.
         owner = params_grad_owner(pair.target) if pair.target else None
         chain = _parents(target, pair.target) if pair.target else []
-        asked = direction == "forward" and (is_module(pair.target) or
-                                             (not backward_begun and (not chain or not by_parent)))
+        asked = direction == "forward" and (is_module(pair.target) or not backward_begun)
         backward_begun = backward_begun or direction == "backward"
         if direction == "forward":
             for parent in chain:

@@ -394,8 +394,9 @@ class Judge:
             return
         inputs = data_err > floor
         # an API call's argument that requires grad, most likely a weight (data does not, and the outputs of
-        # earlier calls, which do, are what `explained` counts)
-        weight = inputs and data_grad and not is_module(name)
+        # earlier calls, which do, are what `explained` counts; not when a call went unpaired: its output,
+        # not compared, may be this input)
+        weight = inputs and data_grad and not is_module(name) and not unpaired
         if not inputs:
             what, err, why = "its parameters differ", param_err, _WEIGHTS_DIFFER
         else:
