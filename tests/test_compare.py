@@ -233,6 +233,27 @@ def test_a_mix_dump_against_an_l1_dump_asks_its_api_calls(tmp_path):
         assert "did not pair" not in p["first_seen"]["reason"]
 
 
+def test_an_introduced_call_whose_inputs_hold_infinities_on_both_sides_says_its_statistics_are_blind(tmp_path):
+    """A causal mask shifted by one (triu(2) for triu(1)) masks other positions with -inf: the scores' Max
+    agrees and Min, Mean and Norm are infinite on both sides, so softmax read "introduced ... while inputs
+    agree" (a new user's trial), a false fact. The reason now says the statistics cannot see where."""
+    def dump(path, diagonal):
+        torch.manual_seed(0)
+        scores = torch.randn(6, 6)
+        scores[0, 0] = 10.0  # the largest score, masked by neither: the masked scores' Max agrees
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
+        d.start()
+        mask = torch.ones(6, 6, dtype=torch.bool).triu(diagonal)
+        torch.softmax(scores.masked_fill(mask, float("-inf")), -1)
+        d.stop()
+        d.step()
+        return path
+
+    (p,) = run(dump(tmp_path / "t", 2), dump(tmp_path / "g", 1), tmp_path / "out").pairs
+    assert p["first_divergence"]["name"] == "Torch.softmax.0.forward", p
+    assert "input.0 holds NaN/Inf in both runs: its statistics cannot show where" in p["first_divergence"]["reason"]
+
+
 def test_a_dump_compared_with_itself_is_said(tmp_path):
     """Every call passes, which proves nothing when both paths name one dump (a new user's slip)."""
     from msprobe_lite.compare.report import console_line

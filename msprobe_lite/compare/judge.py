@@ -284,6 +284,7 @@ class Judge:
         data_err = 0.0       # the largest difference of the tensor inputs that are not the call's parameters
         data_at = ""         # the row suffix of that input (".input.0")
         data_grad = False    # whether that input requires grad in the golden run (an API call's weight)
+        blind = []           # tensor inputs holding NaN/Inf in both runs: where they sit, statistics do not say
         param_err = 0.0      # the largest difference of the call's parameters (a module's weights)
         outputs_size = 0.0   # the largest golden magnitude of the floating-point tensor outputs
         # the parts (input, output) each dump holds: a dump made with a `data_mode` filter has one only
@@ -311,6 +312,8 @@ class Judge:
                             inputs_numel = max(inputs_numel, numel(g_row.shape))
                     errs[t_row.role].append(err)
                     if t_row.role == INPUT and t_row.is_tensor:
+                        if g_row.is_tensor and not finite(t_row.obj) and not finite(g_row.obj):
+                            blind.append(suffix.lstrip("."))
                         if suffix.startswith(".parameters."):
                             param_err = max(param_err, err)
                         elif err >= data_err:
@@ -374,6 +377,12 @@ class Judge:
                              missing, gradients, unpaired)
         if self.distributed and verdict.introduced and params_grad_owner(pair.target):
             verdict.raise_to(ERROR, ACROSS_RANKS)
+        if blind and verdict.introduced:
+            one = len(blind) == 1
+            verdict.raise_to(ERROR, f"{', '.join(blind)} hold{'s' if one else ''} NaN/Inf in both runs: "
+                                    f"{'its' if one else 'their'} statistics cannot show where (a -inf mask over "
+                                    f"other positions reads as agreeing), so check the calls that made "
+                                    f"{'it' if one else 'them'}")
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
         self._finish_rows(rows, row_problems, verdict, stack)
