@@ -199,6 +199,23 @@ def _left_out_by_level(name: str, target_level: str, golden_level: str) -> bool:
     return (other == "L1" and is_module(name)) or (other == "L0" and not is_module(name))
 
 
+def _forward_pass_bounded(dump) -> bool:
+    """Whether the forward pass's API calls can be told from the optimizer's: a backward record marks where
+    the forward pass ends. A dump without one (data_mode ["forward"]) of a run that trains (a tensor requires
+    grad) holds the optimizer's calls with nothing before them to say so, and their inputs are gradients."""
+    if any(split_name(name)[1] == "backward" for name in dump.records):
+        return True
+    return not any(_requires_grad(record) for record in dump.records.values())
+
+
+def _requires_grad(value) -> bool:
+    if isinstance(value, dict):
+        return value.get("requires_grad") is True or any(_requires_grad(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_requires_grad(v) for v in value)
+    return False
+
+
 def _unpaired_forward(pair, target_level: str, golden_level: str) -> bool:
     """A forward call of either dump that paired with nothing, other than one the other level never records."""
     if pair.target and pair.golden:
@@ -291,6 +308,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     out_seen, in_seen = {"forward": 0.0, "backward": 0.0}, {"forward": 0.0, "backward": 0.0}
     unpaired_before = 0   # forward calls of either dump so far that paired with nothing (not by design)
     backward_begun = False  # a backward record came: later forward calls are the optimizer's and the like
+    apis_asked = _forward_pass_bounded(target)
     # module record -> out_seen["forward"] when the first call inside it was judged (mix: its calls come before it);
     # what explains a module's inputs and parameters is what ran before it, not inside it
     before_inside: dict = {}
@@ -317,7 +335,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         # optimizer's, gradient clipping) take gradients, whose noise only the backward records' judging knows.
         owner = params_grad_owner(pair.target) if pair.target else None
         chain = _parents(target, pair.target) if pair.target else []
-        asked = direction == "forward" and (is_module(pair.target) or not backward_begun)
+        asked = direction == "forward" and (is_module(pair.target) or (apis_asked and not backward_begun))
         backward_begun = backward_begun or direction == "backward"
         if direction == "forward":
             for parent in chain:

@@ -53,6 +53,8 @@ ACROSS_RANKS_WEIGHTS = ("one rank of a distributed run: earlier steps updated th
                         "reaches them; see the other ranks' lines")
 _WEIGHTS_DIFFER = ("the weights are not the golden's (converted, loaded or initialised differently), or earlier "
                    "steps updated them differently")
+_WEIGHT_ARGUMENT_DIFFERS = _WEIGHTS_DIFFER + (" (or, for an input made to require grad, the input data or code "
+                                              "that is not recorded)")
 # why a call's inputs differ more than the earlier calls' outputs explain (Judge.judge, first_seen)
 _PARTED_BEFORE_MODULE = ("the runs parted before this call, in code that is not recorded (at L0 what runs "
                          "between modules; at mix calls outside the API list or left out by a filter), in the "
@@ -410,7 +412,8 @@ class Judge:
             what, err, why = "its parameters differ", param_err, _WEIGHTS_DIFFER
         else:
             what, err = "inputs already differ", data_err
-            why = _WEIGHTS_DIFFER if weight else _PARTED_BEFORE_MODULE if is_module(name) else _PARTED_BEFORE_API
+            why = _WEIGHT_ARGUMENT_DIFFERS if weight else \
+                _PARTED_BEFORE_MODULE if is_module(name) else _PARTED_BEFORE_API
         if missing == "outputs" and inputs:  # no call's outputs: its inputs are all there is
             # (gradients are computed from the forward pass's values as well)
             before = "the forward pass, the backward call before it" if gradients else "the call before it"
@@ -423,7 +426,7 @@ class Judge:
                     f"the other run and {'are' if unpaired > 1 else 'is'} not compared: the difference may come "
                     f"from {'them' if unpaired > 1 else 'it'}")
         verdict.first_seen = True
-        where = f" (most in {data_at.lstrip('.')}{', which requires grad: a weight' if weight else ''})" \
+        where = f" (most in {data_at.lstrip('.')}{', which requires grad, as a weight does' if weight else ''})" \
             if inputs else ""
         verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude{where}, earlier calls' "
                                   f"{'inputs' if missing == 'outputs' else 'outputs'} by at most "
