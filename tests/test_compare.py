@@ -269,6 +269,42 @@ def test_an_introduced_call_whose_inputs_hold_infinities_on_both_sides_says_its_
     assert "input.0 holds NaN/Inf in both runs: its statistics cannot show where" in p["first_divergence"]["reason"]
 
 
+def test_an_operation_the_target_left_out_is_named(tmp_path):
+    """Attention without its 1/sqrt(d) scale: the golden's div pairs with nothing, and nothing named it (a
+    new user's trial). A call only in the golden between paired calls is now named, with the golden's
+    stack; not when a filter left calls out (many of them, or only around a scope's range)."""
+    from msprobe_lite.compare.report import console_line
+
+    def dump(path, scaled, **selection):
+        torch.manual_seed(0)
+        q, k = torch.randn(4, 8), torch.randn(4, 8)
+        path.mkdir()
+        (path / "c.json").write_text(json.dumps({"task": "statistics", "level": "L1", "dump_path": str(path),
+                                                 "statistics": selection}))
+        d = PrecisionDebugger(str(path / "c.json"))
+        d.start()
+        for _ in range(4):  # four blocks of attention-like calls
+            h = torch.tanh(q @ k.t() * 0.5 + 1.0).relu()
+            att = h @ h.t()
+            if scaled:
+                att = att / 8 ** 0.5
+            q = torch.softmax(att, -1) @ q
+        d.stop()
+        d.step()
+        return path
+
+    golden = dump(tmp_path / "g", True)
+    (p,) = run(dump(tmp_path / "t", False), golden, tmp_path / "out").pairs
+    lost = p["first_only_in_golden"]
+    assert lost["name"] == "Tensor.div.0.forward", p
+    assert any("att = att / 8 ** 0.5" in frame for frame in lost["stack"]), lost  # the golden's place
+    assert "a call only in the golden (the target does not make it): Tensor.div.0.forward" in console_line(p)
+    for name, selection in (("list", {"list": ["softmax", "tanh"]}),
+                            ("scope", {"scope": ["Torch.softmax.0.forward", "Torch.softmax.1.forward"]})):
+        (p,) = run(dump(tmp_path / name, True, **selection), golden, tmp_path / f"out_{name}").pairs
+        assert p["first_only_in_golden"] is None, (name, p)
+
+
 def test_a_dump_compared_with_itself_is_said(tmp_path):
     """Every call passes, which proves nothing when both paths name one dump (a new user's slip)."""
     from msprobe_lite.compare.report import console_line

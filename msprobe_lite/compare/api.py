@@ -199,6 +199,15 @@ def _left_out_by_level(name: str, target_level: str, golden_level: str) -> bool:
     return (other == "L1" and is_module(name)) or (other == "L0" and not is_module(name))
 
 
+def _a_missing_call(found, left_out: int, paired_forward: int):
+    """The first call only in the golden, as summary.json gives it, when it looks like an operation the target
+    left out rather than a filter's work: the target's calls go on after it, and at most a tenth of the paired
+    forward calls (or 3) are left out in all."""
+    if found is None or not found.pop("confirmed") or left_out > max(3, paired_forward // 10):
+        return None
+    return found
+
+
 def _forward_pass_bounded(dump) -> bool:
     """Whether the forward pass's API calls can be told from the optimizer's: a backward record marks where
     the forward pass ends. A dump without one (data_mode ["forward"]) of a run that trains (a tensor requires
@@ -301,6 +310,10 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     inside: dict = {}
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
     first = extra = None  # extra: the first call only in the target, when it comes before any divergence
+    # missing_call: the first forward call only in the golden between two paired ones, before any divergence:
+    # an operation the target left out. A filtered target leaves many out (a `list`), or only around its
+    # range (a `scope`): named only when few calls are left out and the target's calls go on after it
+    missing_call, left_out, paired_forward = None, 0, 0
     first_error = None    # the first error of any kind: said when no call introduced a divergence
     first_warning = None  # the first warning (an amplification): said when nothing above is
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
@@ -376,7 +389,16 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             if pair.target and first is None and extra is None and (not across or is_module(pair.target)) \
                     and not _left_out_by_level(pair.target, target.level, golden.level):
                 extra = {"name": pair.target, "stack": stack, "parents": _parents(target, pair.target)}
+            if not pair.target and _unpaired_forward(pair, target.level, golden.level):
+                left_out += 1
+                if first is None and missing_call is None and paired_forward and (not across or is_module(pair.golden)):
+                    missing_call = {"name": pair.golden, "stack": golden.stacks.get(pair.golden, []),
+                                    "parents": _parents(golden, pair.golden), "confirmed": False}
             continue
+        if direction == "forward":
+            paired_forward += 1
+            if missing_call is not None:  # a call of the target's after it: not the end of a filter's range
+                missing_call["confirmed"] = True
         counts[verdict.result] += 1
         errors.append(verdict.out_err)
         module = _module_of(target, pair.target)
@@ -413,6 +435,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
                     "mapping_unused": unused, "mapping_close": _closest_fragments(unused, target.records),
                     "counts": counts, "first_divergence": first, "first_only_in_target": extra,
+                    "first_only_in_golden": _a_missing_call(missing_call, left_out, paired_forward),
                     "first_error": first_error, "first_seen": first_seen, "first_warning": first_warning,
                     "note": note,
                     "result_file": csv_path}

@@ -149,7 +149,10 @@ def console_line(pair: dict) -> str:
               f"{c['unmatched_target']} unmatched in target, {c['unmatched_golden']} in golden")
     fd, extra = pair["first_divergence"], pair.get("first_only_in_target")
     # a call the golden run did not make, before any divergence: often the change itself (an added op)
-    only = f"a call only in the target: {extra['name']}{_at(extra)}" if extra else ""
+    lost = pair.get("first_only_in_golden")
+    only = "; ".join(filter(None, [f"a call only in the target: {extra['name']}{_at(extra)}" if extra else "",
+                                   f"a call only in the golden (the target does not make it): {lost['name']}"
+                                   f"{_at(lost)}" if lost else ""]))
     error, seen, warned = pair.get("first_error"), pair.get("first_seen"), pair.get("first_warning")
     if fd is None:
         # errors that no call introduced (a shape that differs, NaN already in the inputs): the first is named;
