@@ -305,6 +305,37 @@ def test_an_operation_the_target_left_out_is_named(tmp_path):
         assert p["first_only_in_golden"] is None, (name, p)
 
 
+class _Masked(nn.Module):
+    def __init__(self, diagonal):
+        super().__init__()
+        self.qk, self.diagonal = nn.Linear(8, 8), diagonal
+
+    def forward(self, x):
+        att = self.qk(x) @ x.t()
+        mask = torch.ones(5, 5, dtype=torch.bool).triu(self.diagonal)
+        return torch.softmax(att.masked_fill(mask, float("-inf")), -1) @ x
+
+
+def test_a_module_that_made_nan_names_the_call_inside_it_that_made_it_first(tmp_path):
+    """A causal mask that also hides the diagonal (triu(0)) leaves row 0 all -inf, and softmax makes NaN. At
+    mix the softmax's inputs hold -inf, so the module (finite inputs) is the introducing call, and the
+    softmax was only the step's first error (a new user's trial). The module's line now names it."""
+    def dump(path, diagonal):
+        torch.manual_seed(0)
+        model, x = nn.Sequential(_Masked(diagonal)), torch.randn(5, 8)
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="mix")
+        d.start(model=model)
+        model(x)
+        d.stop()
+        d.step()
+        return path
+
+    (p,) = run(dump(tmp_path / "t", 0), dump(tmp_path / "g", 1), tmp_path / "out").pairs
+    first = p["first_divergence"]
+    assert first["name"] == "Module.0._Masked.forward.0", first
+    assert "; inside it, Torch.softmax.0.forward erred first: target output has NaN/Inf" in first["reason"]
+
+
 def test_a_dump_compared_with_itself_is_said(tmp_path):
     """Every call passes, which proves nothing when both paths name one dump (a new user's slip)."""
     from msprobe_lite.compare.report import console_line

@@ -414,6 +414,11 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                      "parents": _parents(target, pair.target) or _parents(target, _place(pair.target))}
             if first is None and verdict.introduced:
                 first = found
+                erred = first_error if first_error and pair.target in first_error["parents"] else None
+                if erred and is_module(pair.target):  # mix: a call inside it erred first (NaN from a -inf row)
+                    found = dict(found, reason=f"{found['reason']}; inside it, {erred['name']} erred first: "
+                                               f"{erred['reason']}{report.at(erred)}")
+                    first = found
             if first_error is None and verdict.result == ERROR:
                 first_error = found
             if first_warning is None and verdict.result == WARNING:

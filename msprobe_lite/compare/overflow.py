@@ -8,6 +8,7 @@ import os
 from ..core.writer import make_dirs, write_atomic
 from .metrics import finite
 from .read import DumpError, load_dump, place, resolve
+from .report import at
 from .rows import INPUT, OUTPUT
 
 
@@ -40,10 +41,6 @@ def first_overflow(dump) -> tuple:
     return None, first_seen
 
 
-def _at(found: dict) -> str:
-    return f" at {found['stack'][0]}".replace(", \n ", ": ") if found["stack"] else ""
-
-
 def analyse(path: str, output_dir: str | None = None, quiet: bool = False) -> dict:
     result = {"ranks": []}
     try:
@@ -60,10 +57,10 @@ def analyse(path: str, output_dir: str | None = None, quiet: bool = False) -> di
         if not quiet:
             where = place(step, rank)  # `step 0`, not `step 0 rank None`, for a single-process run
             if found:
-                print(f"[{where}] first overflow: {found['name']} ({', '.join(found['outputs'])}){_at(found)}")
+                print(f"[{where}] first overflow: {found['name']} ({', '.join(found['outputs'])}){at(found)}")
             elif seen:
                 print(f"[{where}] no call turns finite inputs into NaN/Inf; NaN/Inf first seen in the outputs of "
-                      f"{seen['name']}{_at(seen)}, which got them with its inputs or arguments: made by code that "
+                      f"{seen['name']}{at(seen)}, which got them with its inputs or arguments: made by code that "
                       f"is not recorded (at L0, between modules) or given as an argument (a -inf mask)")
             else:
                 print(f"[{where}] no call turns finite inputs into NaN/Inf")

@@ -150,9 +150,9 @@ def console_line(pair: dict) -> str:
     fd, extra = pair["first_divergence"], pair.get("first_only_in_target")
     # a call the golden run did not make, before any divergence: often the change itself (an added op)
     lost = pair.get("first_only_in_golden")
-    only = "; ".join(filter(None, [f"a call only in the target: {extra['name']}{_at(extra)}" if extra else "",
+    only = "; ".join(filter(None, [f"a call only in the target: {extra['name']}{at(extra)}" if extra else "",
                                    f"a call only in the golden (the target does not make it): {lost['name']}"
-                                   f"{_at(lost)}" if lost else ""]))
+                                   f"{at(lost)}" if lost else ""]))
     error, seen, warned = pair.get("first_error"), pair.get("first_seen"), pair.get("first_warning")
     if fd is None:
         # errors that no call introduced (a shape that differs, NaN already in the inputs): the first is named;
@@ -160,16 +160,16 @@ def console_line(pair: dict) -> str:
         # first warning (a call that amplified a difference: LayerNorm's eps changed under bf16, whose inputs
         # already differ by bf16's rounding, reads as one)
         head = "no divergent call found" + (f"; {only}" if only else "") + \
-            (f"; first error: {error['name']} -- {error['reason']}{_at(error)}" if error else
-             f"; first difference seen in the inputs of {seen['name']} -- {seen['reason']}{_at(seen)}" if seen else
-             f"; first warning: {warned['name']} -- {warned['reason']}{_at(warned)}" if warned else "")
+            (f"; first error: {error['name']} -- {error['reason']}{at(error)}" if error else
+             f"; first difference seen in the inputs of {seen['name']} -- {seen['reason']}{at(seen)}" if seen else
+             f"; first warning: {warned['name']} -- {warned['reason']}{at(warned)}" if warned else "")
     else:
-        head = f"first divergence: {fd['name']} -- {fd['reason']}{_at(fd)}" + (f"; before it, {only}" if only else "")
+        head = f"first divergence: {fd['name']} -- {fd['reason']}{at(fd)}" + (f"; before it, {only}" if only else "")
     note = f" ({pair['note']})" if pair.get("note") else ""
     return f"[{where}]{note} {head}; {counts}"
 
 
-def _at(found: dict) -> str:
+def at(found: dict) -> str:
     """` at File f, line n, in g: source` of a found call's innermost frame, or ""."""
     return f" at {found['stack'][0]}".replace(", \n ", ": ") if found.get("stack") else ""
 
