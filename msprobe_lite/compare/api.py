@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import difflib
+import gc
 import json
 import os
 import sys
@@ -15,11 +15,10 @@ from ..core.writer import write_atomic
 from . import report, tensors
 from .frameworks import translations
 from .judge import ERROR, NO_GRAD_INPUTS, PASS, UNMATCHED, WARNING, Judge, record_eps
-from .rows import INPUT, OUTPUT
 from .metrics import eps_of
 from .pair import is_module, pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs, place
-from .rows import params_grad_owner
+from .rows import INPUT, OUTPUT, params_grad_owner
 
 
 CSV_BACKGROUND_MIN = 20000   # record pairs from which the table is written by a second process
@@ -107,16 +106,6 @@ def _measure_tensors(pairs, target, golden, workers: int, show_progress: bool) -
             bar.close()
 
 
-def _parents(dump, name) -> list:
-    chain, seen = [], set()
-    parent = dump.parents.get(name)
-    while isinstance(parent, str) and parent not in seen:
-        chain.append(parent)
-        seen.add(parent)
-        parent = dump.parents.get(parent)
-    return chain
-
-
 def _place(name: str) -> str:
     """The record whose stack and parents say where `name` happened in the code: a backward call's forward
     call; a module's parameter gradients' first call of the module (they are summed over its calls)."""
@@ -154,7 +143,7 @@ def _inner_eps(pairs, target, golden) -> dict:
         if pair.target and pair.golden:
             e = record_eps(target.rows(pair.target), golden.rows(pair.golden))
             eps[pair.target] = max(eps.get(pair.target, 0.0), e)
-            for parent in _parents(target, pair.target):
+            for parent in target.parent_chain(pair.target):
                 eps[parent] = max(eps.get(parent, 0.0), e)
     if not target.parents:  # no hierarchy written: any low precision anywhere makes it a mixed comparison
         coarsest = max(eps.values(), default=0.0)
@@ -197,15 +186,6 @@ def _left_out_by_level(name: str, target_level: str, golden_level: str) -> bool:
     API call's against an L0 one. Unmatched by design (see _levels), not a call added in the target."""
     other = golden_level if target_level == "mix" else None
     return (other == "L1" and is_module(name)) or (other == "L0" and not is_module(name))
-
-
-def _a_missing_call(found, left_out: int, paired_forward: int):
-    """The first call only in the golden, as summary.json gives it, when it looks like an operation the target
-    left out rather than a filter's work: the target's calls go on after it, and at most a tenth of the paired
-    forward calls (or 3) are left out in all."""
-    if found is None or not found.pop("confirmed") or left_out > max(3, paired_forward // 10):
-        return None
-    return found
 
 
 def _forward_pass_bounded(dump) -> bool:
@@ -278,9 +258,9 @@ def _values_in_both(target, golden) -> None:
     bare = [(side, dump) for side, dump in (("target", target), ("golden", golden)) if dump.task == "structure"]
     if bare:
         named = " and ".join(f"the {side} ({dump.path})" for side, dump in bare)
-        raise CompareError(f"{named} {'is a' if len(bare) == 1 else 'are'} structure dump{'s' if len(bare) > 1 else ''} "
-                           f"(task \"structure\": names, stacks and hierarchy, no numbers): nothing to compare "
-                           f"(expected dumps of task statistics or tensor)")
+        kind = "is a structure dump" if len(bare) == 1 else "are structure dumps"
+        raise CompareError(f"{named} {kind} (task \"structure\": names, stacks and hierarchy, no numbers): nothing "
+                           f"to compare (expected dumps of task statistics or tensor)")
 
 
 def _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, show_progress,
@@ -310,10 +290,11 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     inside: dict = {}
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
     first = extra = None  # extra: the first call only in the target, when it comes before any divergence
-    # missing_call: the first forward call only in the golden between two paired ones, before any divergence:
-    # an operation the target left out. A filtered target leaves many out (a `list`), or only around its
-    # range (a `scope`): named only when few calls are left out and the target's calls go on after it
-    missing_call, left_out, paired_forward = None, 0, 0
+    # missing_call: the first forward call only in the golden before any divergence: an operation the target
+    # left out. A filtered target leaves many out (a `list`), or only around its range (a `scope`): named only
+    # when the target's calls go on after it (missing_between) and at most a tenth of the paired forward calls
+    # (or 3) are left out in all
+    missing_call, missing_between, left_out, paired_forward = None, False, 0, 0
     first_error = None    # the first error of any kind: said when no call introduced a divergence
     first_warning = None  # the first warning (an amplification): said when nothing above is
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
@@ -341,13 +322,13 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         if missing == "inputs" and direction in out_seen:  # a backward computes from its forward's values too
             upstream = max(upstream, out_seen[direction], out_seen["forward"])
         # whether its inputs differ more than earlier outputs explain: asked of module calls, and of the forward
-        # pass's API calls that no judged module record holds (at L1, or against an L1 golden; at mix a module's
-        # record, which comes after its calls, is asked with its parameters apart). An API call's weights are
-        # among its arguments: one loaded wrongly, or moved differently by earlier steps, shows there. Without
-        # it, an L1 compare of runs whose input data differ read "all pass". Calls after the backward pass (the
-        # optimizer's, gradient clipping) take gradients, whose noise only the backward records' judging knows.
+        # pass's API calls (an API call's weights are among its arguments: one loaded wrongly, or moved
+        # differently by earlier steps, shows there; without it, an L1 compare of runs whose input data differ
+        # read "all pass"). Calls after the backward pass (the optimizer's, gradient clipping) take gradients,
+        # whose noise only the backward records' judging knows: not asked, nor where no backward record marks
+        # the forward pass's end (_forward_pass_bounded).
         owner = params_grad_owner(pair.target) if pair.target else None
-        chain = _parents(target, pair.target) if pair.target else []
+        chain = target.parent_chain(pair.target) if pair.target else []
         asked = direction == "forward" and (is_module(pair.target) or (apis_asked and not backward_begun))
         backward_begun = backward_begun or direction == "backward"
         if direction == "forward":
@@ -360,11 +341,12 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
                                            upstream, explained, grad_inputs.get(owner, NO_GRAD_INPUTS), missing,
                                            unpaired_before)
+        # a forward call that paired with nothing (not by the levels' design): what it made is in no out_seen
+        lone = verdict.result == UNMATCHED and _unpaired_forward(pair, target.level, golden.level)
         if direction in out_seen and verdict.result != UNMATCHED:
             out_seen[direction] = max(out_seen[direction], verdict.out_err)
             in_seen[direction] = max(in_seen[direction], verdict.in_err)
-        elif _unpaired_forward(pair, target.level, golden.level):  # not compared: what it made is not in out_seen
-            unpaired_before += 1
+        unpaired_before += lone
         if direction == "backward":  # its module's parameter gradients come after it
             size, count, eps = grad_inputs.get(base, NO_GRAD_INPUTS)
             grad_inputs[base] = (max(size, verdict.inputs_size), max(count, verdict.inputs_numel),
@@ -388,17 +370,17 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             # nor one of the kind that the other dump's level does not record (a module against an L1 dump)
             if pair.target and first is None and extra is None and (not across or is_module(pair.target)) \
                     and not _left_out_by_level(pair.target, target.level, golden.level):
-                extra = {"name": pair.target, "stack": stack, "parents": _parents(target, pair.target)}
-            if not pair.target and _unpaired_forward(pair, target.level, golden.level):
+                extra = {"name": pair.target, "stack": stack, "parents": target.parent_chain(pair.target)}
+            if lone and not pair.target:
                 left_out += 1
                 if first is None and missing_call is None and paired_forward and (not across or is_module(pair.golden)):
                     missing_call = {"name": pair.golden, "stack": golden.stacks.get(pair.golden, []),
-                                    "parents": _parents(golden, pair.golden), "confirmed": False}
+                                    "parents": golden.parent_chain(pair.golden)}
             continue
         if direction == "forward":
             paired_forward += 1
-            if missing_call is not None:  # a call of the target's after it: not the end of a filter's range
-                missing_call["confirmed"] = True
+            # a call of the target's after it: not the end of a filter's range
+            missing_between = missing_between or missing_call is not None
         counts[verdict.result] += 1
         errors.append(verdict.out_err)
         module = _module_of(target, pair.target)
@@ -411,14 +393,12 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                 (first_seen is None and verdict.first_seen) or (first_warning is None and verdict.result == WARNING):
             found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
                      "stack": stack,
-                     "parents": _parents(target, pair.target) or _parents(target, _place(pair.target))}
+                     "parents": target.parent_chain(pair.target) or target.parent_chain(_place(pair.target))}
             if first is None and verdict.introduced:
                 first = found
                 erred = first_error if first_error and pair.target in first_error["parents"] else None
                 if erred and is_module(pair.target):  # mix: a call inside it erred first (NaN from a -inf row)
-                    found = dict(found, reason=f"{found['reason']}; inside it, {erred['name']} erred first: "
-                                               f"{erred['reason']}{report.at(erred)}")
-                    first = found
+                    found["reason"] += f"; inside it, {erred['name']} erred first: {erred['reason']}{report.at(erred)}"
             if first_error is None and verdict.result == ERROR:
                 first_error = found
             if first_warning is None and verdict.result == WARNING:
@@ -440,7 +420,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
                     "mapping_unused": unused, "mapping_close": _closest_fragments(unused, target.records),
                     "counts": counts, "first_divergence": first, "first_only_in_target": extra,
-                    "first_only_in_golden": _a_missing_call(missing_call, left_out, paired_forward),
+                    "first_only_in_golden": missing_call if missing_between and left_out <= max(3, paired_forward // 10)
+                    else None,
                     "first_error": first_error, "first_seen": first_seen, "first_warning": first_warning,
                     "note": note,
                     "result_file": csv_path}

@@ -30,11 +30,7 @@ def first_overflow(dump) -> tuple:
         bad = [r.name for r in rows if r.role == OUTPUT and r.is_tensor and not finite(r.obj)]
         if not bad:
             continue
-        chain, parent = [], dump.parents.get(name)
-        while isinstance(parent, str) and parent not in chain:
-            chain.append(parent)
-            parent = dump.parents.get(parent)
-        found = {"name": name, "outputs": bad, "stack": dump.stacks.get(name, []), "parents": chain}
+        found = {"name": name, "outputs": bad, "stack": dump.stacks.get(name, []), "parents": dump.parent_chain(name)}
         first_seen = first_seen or found
         if all(_finite_row(r) for r in rows if r.role == INPUT):
             return found, first_seen

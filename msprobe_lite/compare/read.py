@@ -47,6 +47,14 @@ class Dump:
                 raise DumpError(f"{self.path}: record {name!r}: {exc}") from None
         return rows
 
+    def parent_chain(self, name: str) -> list:
+        """The record's parent modules from construct.json, innermost first (a cycle is cut)."""
+        chain, parent = [], self.parents.get(name)
+        while isinstance(parent, str) and parent not in chain:
+            chain.append(parent)
+            parent = self.parents.get(parent)
+        return chain
+
     def roles(self) -> frozenset:
         """The parts (input, output) that the dump's call records hold: one only in a dump made with a
         `data_mode` filter. Decided for the whole dump, not per record: a backward record without input
