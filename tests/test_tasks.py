@@ -417,6 +417,59 @@ def test_overflow_check_does_not_count_a_minus_inf_mask(tmp_path, capsys, overfl
         assert "produced NaN/Inf" not in err and result["first_overflow"] is None
 
 
+class _ExpBetweenLayers(nn.Module):
+    """`torch.exp` between two layers makes Inf in the forward pass, outside any module: at L0 no module
+    made it, and backward carries NaN/Inf into every gradient after."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc2(torch.exp(self.fc1(x) * 1e3)).sum()
+
+
+def test_overflow_check_at_L0_does_not_name_gradients_that_came_in_with_their_backward(tmp_path, capsys):
+    """Parameter gradients have no inputs of their own, so every one holding NaN/Inf counted as made from
+    finite inputs: at L0 the first layer that backward reached (`fc2`'s gradients) was logged as overflow 1
+    and named by the analysis, though the Inf came from the forward pass (a new user's trial)."""
+    from msprobe_lite.compare.overflow import analyse
+
+    torch.manual_seed(0)
+    model, x = _ExpBetweenLayers(), torch.randn(3, 4)
+    d = debugger(tmp_path, task="overflow_check", level="L0", overflow_check={"overflow_nums": -1})
+    once(d, lambda: model(x).backward(), model)
+    dump = data(tmp_path / "dump")
+    # a parameter gradient is written with what it is made of: its call's forward and backward records
+    assert list(dump) == ["Module.fc1.Linear.forward.0", "Module.fc2.Linear.forward.0",
+                          "Module.fc2.Linear.backward.0", "Module.fc2.Linear.parameters_grad.0",
+                          "Module.fc1.Linear.backward.0", "Module.fc1.Linear.parameters_grad.0"]
+    assert dump["Module.fc1.Linear.backward.0"]["input"][0]["Max"] == float("inf")
+    assert "produced NaN/Inf" not in capsys.readouterr().err
+    result = analyse(str(tmp_path / "dump" / "step0"), str(tmp_path / "out"), quiet=True)["ranks"][0]
+    assert result["first_overflow"] is None
+    assert result["first_nonfinite"]["name"] == "Module.fc2.Linear.forward.0"
+
+
+def test_overflow_check_names_a_weight_gradient_that_overflows_from_finite_gradients(tmp_path, capsys):
+    """The loss scaling case: a weight's gradient (grad_out^T x) passes float32's range while the gradients
+    flowing in and out stay finite; the parameter-gradient record is then the overflow."""
+    from msprobe_lite.compare.overflow import analyse
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 2))
+    x = torch.full((8, 4), 1e30)
+    expected = torch.full((8, 2), 1e10).T @ x               # the weight's gradient, computed apart
+    assert torch.isinf(expected).all()
+    d = debugger(tmp_path, task="overflow_check", level="L0")
+    once(d, lambda: (model(x) * 1e-20).sum().mul(1e30).backward(), model)
+    assert torch.isinf(model[0].weight.grad).all() and torch.isfinite(model[0].bias.grad).all()
+    assert "overflow 1: Module.0.Linear.parameters_grad.0 produced NaN/Inf" in capsys.readouterr().err
+    result = analyse(str(tmp_path / "dump" / "step0"), str(tmp_path / "out"), quiet=True)["ranks"][0]
+    assert result["first_overflow"]["name"] == "Module.0.Linear.parameters_grad.0"
+    assert result["first_overflow"]["outputs"] == ["Module.0.Linear.parameters_grad.0.weight"]
+
+
 def test_overflow_analysis_of_a_step_that_did_not_overflow_says_why_it_is_missing(tmp_path):
     from msprobe_lite.compare.overflow import analyse
     from msprobe_lite.compare.read import DumpError

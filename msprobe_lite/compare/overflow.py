@@ -5,6 +5,7 @@ import json
 import math
 import os
 
+from ..core.naming import counterpart, params_grad_call
 from ..core.writer import make_dirs, write_atomic
 from .metrics import finite
 from .read import DumpError, load_dump, place, resolve
@@ -20,6 +21,18 @@ def _finite_row(row) -> bool:
     return not isinstance(value, float) or math.isfinite(value)
 
 
+def _made_from(dump, name: str, rows) -> list:
+    """The rows a record's outputs are made from: its inputs. Parameter gradients have none of their own:
+    they are made of their call's backward input gradients and forward inputs (grad_out^T x), and that
+    backward's outputs must be finite too, or it is the record that made the NaN/Inf."""
+    backward = params_grad_call(name)
+    if backward is None:
+        return [r for r in rows if r.role == INPUT]
+    forward = counterpart(backward)
+    return [*(dump.rows(backward) if backward in dump.records else ()),
+            *(r for r in (dump.rows(forward) if forward in dump.records else ()) if r.role == INPUT)]
+
+
 def first_overflow(dump) -> tuple:
     """(the first call whose inputs and arguments are finite and whose outputs hold NaN/Inf, the first call
     whose outputs hold NaN/Inf at all), each a dict or None. A call that turns a non-finite argument into a
@@ -32,7 +45,7 @@ def first_overflow(dump) -> tuple:
             continue
         found = {"name": name, "outputs": bad, "stack": dump.stacks.get(name, []), "parents": dump.parent_chain(name)}
         first_seen = first_seen or found
-        if all(_finite_row(r) for r in rows if r.role == INPUT):
+        if all(_finite_row(r) for r in _made_from(dump, name, rows)):
             return found, first_seen
     return None, first_seen
 

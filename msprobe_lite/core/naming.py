@@ -25,6 +25,16 @@ def params_grad_record(kind: str, path: str, cls: str, index: int) -> str:
     return f"{kind}.{path}.{cls}.{PARAMS_GRAD}.{index}"
 
 
+def params_grad_call(name: str) -> str | None:
+    """The backward record of the module call whose parameter gradients `name` holds
+    (`Module.fc.Linear.parameters_grad.0` -> `Module.fc.Linear.backward.0`), None for another record. What
+    parameter gradients are made of is that backward's input gradients and its forward call's inputs."""
+    parts = name.split(".")
+    if len(parts) < 3 or parts[-2] != PARAMS_GRAD:
+        return None
+    return ".".join(parts[:-2] + [BACKWARD, parts[-1]])
+
+
 def debug_record(name: str, index: int) -> str:
     return f"{name}.{index}.debug"
 

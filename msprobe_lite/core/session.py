@@ -16,7 +16,7 @@ import weakref
 
 from . import writer
 from .filters import RecordFilter, matches_fragment
-from .naming import counterpart
+from .naming import counterpart, params_grad_call
 from .records import Record, all_finite, summaries_in
 from .safety import log, report_failure, report_unwritable
 from .stacks import StackCollector
@@ -241,7 +241,11 @@ class Session:
             return records                        # structure: names only, every record
         records = [r for r in records if r.data]  # not an empty record (a method call each cost 0.1 ms a step)
         if self.config.task == "overflow_check":
-            records = [r for r in records if self._overflow_kept(r)]
+            kept = {r.name for r in records if self._overflow_kept(r)}
+            # parameter gradients are written with what they were made of, their call's forward and backward
+            # records, as other calls with their inputs: the offline analysis reads them there
+            made_of = {n for name in kept if (b := params_grad_call(name)) for n in (b, counterpart(b))}
+            records = [r for r in records if r.name in kept or r.name in made_of]
         return records
 
     def _overflow_limit_reached(self) -> bool:
@@ -264,11 +268,27 @@ class Session:
         self._overflowing.add(record.name)
         if has_output and not all(all_finite(v) for k, v in data.items() if k != "output"):
             return True
+        if not has_output and not self._own_overflow(record.name):
+            return True
         self.overflows += 1
         frames = self.stacks.frames_of(record.name)
         where = " at " + frames[0].replace(", \n ", ": ") if frames else ""
         log.warning("overflow %d: %s produced NaN/Inf%s", self.overflows, record.name, where)
         return True
+
+    def _own_overflow(self, name: str) -> bool:
+        """Whether a record without inputs (parameter gradients, a save()) made its NaN/Inf itself. Parameter
+        gradients (grad_out^T x for a linear layer) are made of their call's backward input gradients and its
+        forward inputs: theirs only when both are finite, and the backward's own output too (else that
+        backward record is the one counted). Counted regardless, the gradients of the first layer that
+        backward reached took the overflow of an Inf made in the forward pass between modules (a new user's
+        trial)."""
+        backward = params_grad_call(name)
+        if backward is None:
+            return True
+        forward, backward = self.records.get(counterpart(backward)), self.records.get(backward)
+        return (backward is None or all_finite(backward.data)) and \
+            (forward is None or all(all_finite(v) for k, v in forward.data.items() if k != "output"))
 
     def flush(self) -> None:
         """Write the current step if anything changed since the last write (one thread at a time; exit and
