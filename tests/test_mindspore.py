@@ -104,6 +104,25 @@ def test_l0_cnn_with_batchnorm_and_in_place_op(tmp_path):
     assert_ms_stats(head_in, h.reshape(h.shape[0], -1), rel=1e-4)
 
 
+def test_cpu_batch_norm_outputs_it_leaves_unwritten_are_null_and_identical_runs_compare_clean(tmp_path):
+    """MindSpore's CPU BatchNorm leaves outputs 1 and 2 unwritten in training: recorded, they held whatever
+    their reused memory held, and compare named `Primitive.BatchNorm.0.forward` between two identical runs
+    (a new user's trial). They are null; output 3 and 4 are the batch's mean and (biased) variance."""
+    from msprobe_lite.compare import compare
+
+    for run in ("a", "b"):
+        ops.exp(ms.Tensor(np.full((4,), 3.0 if run == "a" else 5.0, np.float32)))  # memory for BatchNorm to reuse
+        run_once(tmp_path / run, "L1", kind="cnn")
+    record = data(tmp_path / "a")["Primitive.BatchNorm.0.forward"]
+    assert record["output"][1] is None and record["output"][2] is None
+    net, x = ms_models.make("cnn")
+    conv = net.conv(x).asnumpy()
+    assert_ms_stats(record["output"][3], conv.mean(axis=(0, 2, 3)))
+    assert_ms_stats(record["output"][4], conv.var(axis=(0, 2, 3)))
+    pair = compare(str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "out"), quiet=True).pairs[0]
+    assert pair["first_divergence"] is None and pair["counts"]["error"] == pair["counts"]["warning"] == 0, pair
+
+
 def test_reused_cell_is_numbered_per_call(tmp_path):
     class Twice(nn.Cell):
         def __init__(self):

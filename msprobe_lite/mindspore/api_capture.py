@@ -52,6 +52,22 @@ OPERATOR_NAMES = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__su
 OPTIMIZER = "optimizer"
 
 
+def _cpu_batch_norm_unwritten(prim) -> tuple:
+    """MindSpore's CPU kernel of `BatchNorm` (2.10 and before) leaves outputs 1 and 2 unwritten in training,
+    and 1 to 4 in inference: they hold what their reused memory held (another op's values, an earlier
+    step's batch statistics). Recorded, two identical runs differed there and compare named the call."""
+    return (1, 2) if getattr(prim, "is_training", True) else (1, 2, 3, 4)
+
+
+# primitive -> the indices of its outputs that hold no result on this device, recorded as null (not read)
+UNWRITTEN_OUTPUTS = {"CPU": {("Primitive", "BatchNorm"): _cpu_batch_norm_unwritten}}
+
+
+def unwritten_outputs(key, prim) -> tuple:
+    rule = UNWRITTEN_OUTPUTS.get(ms.get_context("device_target"), {}).get(key)
+    return rule(prim) if rule is not None else ()
+
+
 def load_api_list(path: str = API_LIST, sections=None, ignored=(), tensor_type=None) -> tuple:
     """((owner, attribute, prefix, record api name, is primitive class), ...) from an API list YAML.
 
@@ -168,7 +184,7 @@ class ApiCapture:
             def wrapper(prim, *args, **kwargs):
                 if depth.value or not session.forward_on:
                     return original(prim, *args, **kwargs)
-                return self._record(key, functools.partial(original, prim), args, kwargs)
+                return self._record(key, functools.partial(original, prim), args, kwargs, prim)
         else:
             def wrapper(*args, **kwargs):
                 if depth.value or not session.forward_on:
@@ -179,7 +195,7 @@ class ApiCapture:
         wrapper.__doc__ = getattr(original, "__doc__", None)
         return wrapper
 
-    def _record(self, key, original, args, kwargs):
+    def _record(self, key, original, args, kwargs, prim=None):
         depth = self.depth
         depth.value += 1
         try:
@@ -191,7 +207,7 @@ class ApiCapture:
                     self._abandon(call)
                 raise
             if call is not None:
-                self._end(call, key, args, out)
+                self._end(call, key, args, out, prim)
             return out
         finally:
             depth.value -= 1
@@ -205,8 +221,13 @@ class ApiCapture:
         self.recorder.abandon(call.name, call)
 
     @guarded("API capture")
-    def _end(self, call, key, args, out):
-        self.recorder.end_api(call, key[1], args, out)
+    def _end(self, call, key, args, out, prim=None):
+        unwritten = unwritten_outputs(key, prim) if prim is not None else ()
+        if unwritten and isinstance(out, tuple):
+            self.recorder.end(call, out, recorded_output=tuple(
+                None if i in unwritten else value for i, value in enumerate(out)))
+        else:
+            self.recorder.end_api(call, key[1], args, out)
 
 
 _ABSENT = object()
