@@ -1,4 +1,4 @@
-"""MindSpore demo: the same MLP and CNN written in PyTorch and in MindSpore, the PyTorch weights converted
+"""MindSpore demo: the same MLP, CNN and attention block written in PyTorch and in MindSpore, the PyTorch weights converted
 into a MindSpore checkpoint, both runs dumped (forward, backward, parameter gradients) and compared.
 Every record pairs across the frameworks and passes.
 
@@ -7,6 +7,7 @@ Run it after `./tools/demo.sh` or `./tools/test.sh` built the environment:
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -14,7 +15,7 @@ import sys
 import mindspore as ms
 import numpy as np
 import torch
-from mindspore import mint, nn
+from mindspore import mint, nn, ops
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from msprobe_lite.compare import compare  # noqa: E402
@@ -75,7 +76,39 @@ class MsCNN(nn.Cell):
         return self.head(h.reshape(h.shape[0], -1))
 
 
-NETWORKS = {"mlp": (TorchMLP, MsMLP, (4, 8)), "cnn": (TorchCNN, MsCNN, (2, 3, 4, 4))}
+class TorchAttention(torch.nn.Module):
+    """Scaled dot-product attention as PyTorch code writes it: `q @ k.transpose(...)` (Tensor.matmul),
+    `torch.softmax` (Torch.softmax), `x.chunk` (Tensor.chunk)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.out = torch.nn.Linear(8, 24), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        att = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1)
+        return self.out(att @ v)
+
+
+class MsAttention(nn.Cell):
+    """The same in MindSpore's spelling (ops.matmul, ops.softmax, ops.chunk); `scaled=False` plants a
+    porting bug: the scale left out."""
+
+    def __init__(self, scaled=True):
+        super().__init__()
+        self.qkv, self.out = mint.nn.Linear(8, 24), mint.nn.Linear(8, 8)
+        self.scaled = scaled
+
+    def construct(self, x):
+        q, k, v = ops.chunk(self.qkv(x), 3, -1)
+        scores = ops.matmul(q, k.swapaxes(-2, -1))
+        if self.scaled:
+            scores = scores / math.sqrt(8)
+        return self.out(ops.matmul(ops.softmax(scores, axis=-1), v))
+
+
+NETWORKS = {"mlp": (TorchMLP, MsMLP, (4, 8)), "cnn": (TorchCNN, MsCNN, (2, 3, 4, 4)),
+            "attention": (TorchAttention, MsAttention, (2, 5, 8))}
 
 
 def converted_pair(kind: str, folder: str, **ms_kwargs):

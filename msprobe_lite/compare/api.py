@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..core.naming import counterpart
 from ..core.writer import write_atomic
 from . import report, tensors
-from .frameworks import translations
+from .frameworks import namespace_free, translations
 from .judge import ERROR, NO_GRAD_INPUTS, PASS, UNMATCHED, WARNING, Judge, record_eps
 from .metrics import eps_of
 from .pair import is_module, pair_records, split_name
@@ -177,6 +177,10 @@ def compare_one(step, rank, target_path, golden_path, output_dir, rename, timest
         raise CompareError(str(exc)) from None
 
 
+def _then(first, second):
+    return lambda name: second(first(name))
+
+
 def _as_is(name):
     return name
 
@@ -270,12 +274,15 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     t_names, g_names = translations(target.framework, golden.framework)
     across = bool(t_names or g_names)  # two frameworks, met in PyTorch's names
     rename_t = (lambda n: t_names.record(rename(n))) if t_names else rename
+    rename_g = g_names.record if g_names else _as_is
+    if across:
+        rename_t, rename_g = _then(rename_t, namespace_free), _then(rename_g, namespace_free)
     note, by_parent = _levels(target.level, golden.level)
     if _same_file(target.path, golden.path):  # everything passes, which proves nothing: most likely a slip
         note = "; ".join(filter(None, ["target and golden are the same dump", note]))
     _values_in_both(target, golden)
     _some_part_in_common(target, golden)
-    pairs = pair_records(target, golden, rename_t, g_names.record if g_names else _as_is, by_parent)
+    pairs = pair_records(target, golden, rename_t, rename_g, by_parent)
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
     judge = Judge(mode, _tensor_measurer(measured), t_names and t_names.row_tail, g_names and g_names.row_tail,
                   distributed=rank is not None, later_step=bool(step))
@@ -290,11 +297,13 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     inside: dict = {}
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
     first = extra = None  # extra: the first call only in the target, when it comes before any divergence
-    # missing_call: the first forward call only in the golden before any divergence: an operation the target
-    # left out. A filtered target leaves many out (a `list`), or only around its range (a `scope`): named only
-    # when the target's calls go on after it (missing_between) and at most a tenth of the paired forward calls
-    # (or 3) are left out in all
-    missing_call, missing_between, left_out, paired_forward = None, False, 0, 0
+    # missing_call: the first forward call only in the golden before any divergence that the target left out:
+    # between two paired forward calls, with no call only in the target in that gap (one there replaced it: a
+    # MindSpore port runs nn.Dense as MatMul and BiasAdd where PyTorch runs one linear). A filtered target
+    # leaves many out (a `list`), or only around its range (a `scope`): named only when at most a tenth of the
+    # paired forward calls (or 3) are left out so in all
+    missing_call, left_out, paired_forward = None, 0, 0
+    gap, gap_clean = [], True  # the golden-only forward calls since the last paired one; none only in the target
     first_error = None    # the first error of any kind: said when no call introduced a divergence
     first_warning = None  # the first warning (an amplification): said when nothing above is
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
@@ -371,16 +380,19 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             if pair.target and first is None and extra is None and (not across or is_module(pair.target)) \
                     and not _left_out_by_level(pair.target, target.level, golden.level):
                 extra = {"name": pair.target, "stack": stack, "parents": target.parent_chain(pair.target)}
-            if lone and not pair.target:
-                left_out += 1
-                if first is None and missing_call is None and paired_forward and (not across or is_module(pair.golden)):
-                    missing_call = {"name": pair.golden, "stack": golden.stacks.get(pair.golden, []),
-                                    "parents": golden.parent_chain(pair.golden)}
+            if lone and not pair.target and paired_forward:
+                gap.append(pair.golden if first is None else None)
+            elif lone:
+                gap_clean = False
             continue
         if direction == "forward":
             paired_forward += 1
-            # a call of the target's after it: not the end of a filter's range
-            missing_between = missing_between or missing_call is not None
+            if gap and gap_clean:  # the target went from the call before the gap straight to this one
+                left_out += len(gap)
+                if missing_call is None and gap[0] is not None:
+                    missing_call = {"name": gap[0], "stack": golden.stacks.get(gap[0], []),
+                                    "parents": golden.parent_chain(gap[0])}
+            gap, gap_clean = [], True
         counts[verdict.result] += 1
         errors.append(verdict.out_err)
         module = _module_of(target, pair.target)
@@ -420,8 +432,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
                     "mapping_unused": unused, "mapping_close": _closest_fragments(unused, target.records),
                     "counts": counts, "first_divergence": first, "first_only_in_target": extra,
-                    "first_only_in_golden": missing_call if missing_between and left_out <= max(3, paired_forward // 10)
-                    else None,
+                    "first_only_in_golden": missing_call if left_out <= max(3, paired_forward // 10) else None,
                     "first_error": first_error, "first_seen": first_seen, "first_warning": first_warning,
                     "note": note,
                     "result_file": csv_path}

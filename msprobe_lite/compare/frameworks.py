@@ -88,6 +88,21 @@ class Translation:
         return ".".join(parts)
 
 
+# PyTorch reaches one operation through several namespaces (`q @ k` is Tensor.matmul, `torch.matmul(q, k)`
+# Torch.matmul; F.softmax, torch.softmax and x.softmax are one softmax), and a port spells it through its own
+# framework's. Across frameworks API records therefore pair by the operation's name, whatever the namespace.
+_TORCH_NAMESPACES = ("Torch.", "Tensor.", "Functional.")
+
+
+def namespace_free(name: str) -> str:
+    """`Tensor.matmul.0.forward` and `Torch.matmul.0.forward` -> `API.matmul.0.forward` (for pairing
+    across frameworks only: the names reported stay the dumps' own); other names as they are."""
+    for prefix in _TORCH_NAMESPACES:
+        if name.startswith(prefix):
+            return "API." + name[len(prefix):]
+    return name
+
+
 def translations(target_framework: str, golden_framework: str, path: str = MAPPING) -> tuple:
     """(target's Translation or None, golden's Translation or None): a MindSpore side is translated when the
     other side writes PyTorch names (PyTorch, or MSAdapter's "mindtorch")."""

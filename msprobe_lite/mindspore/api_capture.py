@@ -48,7 +48,8 @@ OPERATOR_NAMES = {"__add__": "add", "__radd__": "add", "__iadd__": "add_", "__su
                   "__mul__": "mul", "__rmul__": "mul", "__imul__": "mul_", "__truediv__": "div",
                   "__rtruediv__": "__rdiv__", "__itruediv__": "div_", "__matmul__": "matmul", "__gt__": "gt",
                   "__ge__": "ge", "__lt__": "lt", "__le__": "le", "__abs__": "abs", "__neg__": "neg",
-                  "__mod__": "remainder", "__pow__": "pow"}
+                  "__mod__": "remainder", "__pow__": "__pow__", "__rpow__": "__rpow__", "__rsub__": "__rsub__",
+                  "__floordiv__": "__floordiv__"}
 OPTIMIZER = "optimizer"
 
 
