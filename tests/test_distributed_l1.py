@@ -67,6 +67,7 @@ def test_collectives_are_recorded_with_buffers_after_the_operation(tmp_path):
         assert first["output"][0]["Max"] == 3.0
         second = dump["Distributed.all_reduce.1.forward"]
         assert_stats(second["output"][0], live["u"])
+        assert len(second["output"]) == 1  # op, group and async_op are inputs, not buffers (op read "inf")
         assert second["input_kwargs"] == {
             "op": {"type": "torch.distributed.ReduceOp", "value": "RedOpType.SUM"},
             # the reference tool's group id: the CRC-32 of the rank list's text

@@ -297,10 +297,12 @@ class ApiCapture(TorchFunctionMode):
                 if session.step != step or not session.step_open:
                     return
                 self._forget_arguments(args, kwargs)  # changed in place
-                # the buffers after the operation: the positional arguments, then the keyword arguments that
-                # hold tensors (all_reduce(tensor=t), gather(t, gather_list=g))
-                written = [v for v in kwargs.values() if tensor_leaves(v, TorchFramework.is_tensor)]
-                self.recorder.end(call, None, recorded_output=list(args) + written)
+                # the buffers after the operation: the arguments that hold tensors, positional ones first
+                # (all_reduce(t, op=...), all_reduce(tensor=t), gather(t, gather_list=g)); `op` and `group`
+                # are input arguments only (recorded as outputs too, a changed op read "differs by inf")
+                buffers = [v for v in (*args, *kwargs.values())
+                           if next(tensor_leaves(v, TorchFramework.is_tensor), None) is not None]
+                self.recorder.end(call, None, recorded_output=buffers)
 
         future = getattr(result, "get_future", None)
         if callable(future):
