@@ -46,6 +46,12 @@ class Framework:
         raise NotImplementedError
 
     @staticmethod
+    def unwrap(root):
+        """The model a data-parallel wrapper holds (`root` itself when it is none): the wrapper adds a level
+        (`module.`) to every name, and a run with it would not pair with a run without it."""
+        return root
+
+    @staticmethod
     def own_parameters(module) -> list:
         """(name, parameter) of the module's own trainable parameters, not its children's."""
         raise NotImplementedError

@@ -61,9 +61,13 @@ class ModuleHooks:
 
     def attach(self, model) -> None:
         models = self.check(model)
-        for index, root in enumerate(models):
+        for index, given in enumerate(models):
+            root = self.framework.unwrap(given)
             if root in self._hooked:
                 continue
+            if root is not given:
+                log.info("start(model): recording the %s inside the %s: record names as without the wrapper, so "
+                         "that a run with it and one without pair", type(root).__name__, type(given).__name__)
             prefix = f"{index}." if len(models) > 1 else ""
             inner = 0
             for path, module in self.framework.submodules(root):

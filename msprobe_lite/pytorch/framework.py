@@ -114,6 +114,14 @@ class TorchFramework(Framework):
         return root.named_modules()
 
     @staticmethod
+    def unwrap(root):
+        """DistributedDataParallel and DataParallel hold the user's network as `.module`."""
+        wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+        while isinstance(root, wrappers) and isinstance(getattr(root, "module", None), torch.nn.Module):
+            root = root.module
+        return root
+
+    @staticmethod
     def own_parameters(module) -> list:
         return [(name, p) for name, p in module.named_parameters(recurse=False)]
 
