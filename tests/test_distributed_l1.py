@@ -76,3 +76,47 @@ def test_collectives_are_recorded_with_buffers_after_the_operation(tmp_path):
         gather = dump["Distributed.all_gather.0.forward"]
         for i in range(2):
             assert_stats(gather["output"][0][i], live["g"][i])
+
+
+def _logging_worker(rank, world, port, config, shift):
+    """A training step that all-reduces its loss for logging, as most scripts do; rank 1's data shifted."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from msprobe_lite.pytorch import PrecisionDebugger
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh())
+        torch.manual_seed(10 + rank)
+        x = torch.randn(5, 4) + (shift if rank == 1 else 0.0)
+        d = PrecisionDebugger(config)
+        d.start(model=model)
+        loss = model(x).pow(2).mean()
+        logged = loss.detach().clone()
+        dist.all_reduce(logged)
+        loss.backward()
+        d.stop()
+        d.step()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_collective_on_an_untouched_rank_says_the_difference_came_from_another_rank(tmp_path):
+    """Input data changed on rank 1 only; both ranks all-reduce the loss for logging. Rank 0's line named that
+    all_reduce as introduced (its inputs agree, its result differs) with nothing pointing at rank 1 (a new
+    user's DDP trial). It is still the call named, with the reason that says where to look."""
+    from msprobe_lite.compare import compare
+    from msprobe_lite.compare.judge import ACROSS_RANKS_COLLECTIVE
+
+    dumps = {}
+    for run_name, shift in (("golden", 0.0), ("target", 0.5)):
+        config = tmp_path / f"{run_name}.json"
+        config.write_text(json.dumps({"task": "statistics", "level": "L1", "dump_path": str(tmp_path / run_name)}))
+        mp.spawn(_logging_worker, args=(2, _free_port(), str(config), shift), nprocs=2, join=True)
+        dumps[run_name] = str(tmp_path / run_name)
+    pairs = {p["rank"]: p for p in compare(dumps["target"], dumps["golden"], str(tmp_path / "out"), quiet=True).pairs}
+    untouched = pairs[0]["first_divergence"]
+    assert untouched["name"] == "Distributed.all_reduce.0.forward", untouched
+    assert ACROSS_RANKS_COLLECTIVE in untouched["reason"]
+    changed = pairs[1]
+    assert changed["first_seen"]["name"] == "Functional.linear.0.forward", changed
+    assert ACROSS_RANKS_COLLECTIVE not in json.dumps(changed)

@@ -48,6 +48,9 @@ ONE_FRAMEWORKS_ARGUMENT = "an argument of the %s's framework only"
 ACROSS_RANKS = ("one rank of a distributed run: parameter gradients are read after the backward pass, when DDP's "
                 "all-reduce (no record) has averaged them across ranks, so a difference made on another rank shows "
                 "here first; see the other ranks' lines")
+ACROSS_RANKS_COLLECTIVE = ("one rank of a distributed run: a collective's result holds the other ranks' values, "
+                           "so a difference made on another rank comes in here while this rank's inputs agree; "
+                           "see the other ranks' lines")
 ACROSS_RANKS_WEIGHTS = ("one rank of a distributed run: earlier steps updated the weights from gradients that "
                         "DDP's all-reduce (no record) averaged across ranks, so a difference made on another rank "
                         "reaches them; see the other ranks' lines")
@@ -379,6 +382,8 @@ class Judge:
                              missing, gradients, unpaired)
         if self.distributed and verdict.introduced and params_grad_owner(pair.target):
             verdict.raise_to(ERROR, ACROSS_RANKS)
+        elif self.distributed and verdict.introduced and pair.target.startswith("Distributed.") and not argument_err:
+            verdict.raise_to(ERROR, ACROSS_RANKS_COLLECTIVE)
         if blind and verdict.introduced:
             one = len(blind) == 1
             verdict.raise_to(ERROR, f"{', '.join(blind)} hold{'s' if one else ''} NaN/Inf in both runs: "
