@@ -336,6 +336,32 @@ def test_a_module_that_made_nan_names_the_call_inside_it_that_made_it_first(tmp_
     assert "; inside it, Torch.softmax.0.forward erred first: target output has NaN/Inf" in first["reason"]
 
 
+def test_folders_of_other_steps_or_ranks_are_compared_and_said(tmp_path):
+    """Two step folders of different steps were refused ("point both at the steps or rank folders", which
+    the user had done), and two rank folders of other steps or ranks compared silently under the target's
+    label (a new user's trial). Both compare, and the line says what differs."""
+    import shutil
+
+    from msprobe_lite.compare.report import console_line
+
+    dump = dump_transformer(tmp_path / "d", level="L1")
+    shutil.copytree(dump / "step0", dump / "step1")
+    os.rename(dump / "step1" / "rank", dump / "step1" / "rank1")
+    os.makedirs(dump / "step1" / "rank0")
+    shutil.copy(dump / "step0" / "rank" / "dump.json", dump / "step1" / "rank0")
+    os.makedirs(dump / "step0" / "rank0")
+    shutil.copy(dump / "step0" / "rank" / "dump.json", dump / "step0" / "rank0")
+    shutil.rmtree(dump / "step0" / "rank")
+    (pair,) = run(dump / "step1" / "rank1", dump / "step0" / "rank0", tmp_path / "out").pairs
+    assert pair["note"] == "steps differ: target step 1, golden step 0; ranks differ: target rank 1, golden rank 0"
+    assert console_line(pair).startswith("[step 1 rank 1] (steps differ: target step 1, golden step 0; ranks")
+    pairs = run(dump / "step1", dump / "step0", tmp_path / "out2").pairs
+    assert [(p["step"], p["rank"], p["note"]) for p in pairs] == [
+        (1, 0, "steps differ: target step 1, golden step 0")]
+    (pair,) = run(dump / "step0" / "rank0", dump / "step1" / "rank0", tmp_path / "out3").pairs
+    assert pair["note"] == "steps differ: target step 0, golden step 1"
+
+
 def test_a_dump_compared_with_itself_is_said(tmp_path):
     """Every call passes, which proves nothing when both paths name one dump (a new user's slip)."""
     from msprobe_lite.compare.report import console_line

@@ -17,7 +17,7 @@ from .frameworks import namespace_free, translations
 from .judge import ERROR, NO_GRAD_INPUTS, PASS, UNMATCHED, WARNING, Judge, record_eps
 from .metrics import eps_of
 from .pair import is_module, pair_records, split_name
-from .read import DumpError, load_dump, pair_inputs, place
+from .read import DumpError, load_dump, pair_inputs, place, resolve
 from .rows import INPUT, OUTPUT, params_grad_owner
 
 
@@ -177,6 +177,17 @@ def compare_one(step, rank, target_path, golden_path, output_dir, rename, timest
         raise CompareError(str(exc)) from None
 
 
+def _other_place(target_path: str, golden_path: str):
+    """What differs between the step and rank folders of two dumps named one each ("the golden is step 0"):
+    the line is labelled with the target's, and comparing another step or rank is more often a slip than
+    a plan."""
+    (t_step, t_rank, _), (g_step, g_rank, _) = resolve(target_path)[0], resolve(golden_path)[0]
+    said = [f"{what} differ: target {what[:-1]} {t}, golden {what[:-1]} {g}"
+            for what, t, g in (("steps", t_step, g_step), ("ranks", t_rank, g_rank))
+            if t is not None and g is not None and t != g]
+    return "; ".join(said) or None
+
+
 def _then(first, second):
     return lambda name: second(first(name))
 
@@ -280,6 +291,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     note, by_parent = _levels(target.level, golden.level)
     if _same_file(target.path, golden.path):  # everything passes, which proves nothing: most likely a slip
         note = "; ".join(filter(None, ["target and golden are the same dump", note]))
+    note = "; ".join(filter(None, [_other_place(target_path, golden_path), note]))
     _values_in_both(target, golden)
     _some_part_in_common(target, golden)
     pairs = pair_records(target, golden, rename_t, rename_g, by_parent)
