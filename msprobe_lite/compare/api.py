@@ -291,7 +291,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     note, by_parent = _levels(target.level, golden.level)
     if _same_file(target.path, golden.path):  # everything passes, which proves nothing: most likely a slip
         note = "; ".join(filter(None, ["target and golden are the same dump", note]))
-    note = "; ".join(filter(None, [_other_place(target_path, golden_path), note]))
+    note = "; ".join(filter(None, [_other_place(target_path, golden_path), note])) or None
     _values_in_both(target, golden)
     _some_part_in_common(target, golden)
     pairs = pair_records(target, golden, rename_t, rename_g, by_parent)
