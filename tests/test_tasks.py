@@ -36,6 +36,19 @@ def rank_dir(tmp_path, step=0):
     return tmp_path / "dump" / f"step{step}" / "rank"
 
 
+def test_a_dump_path_holding_an_earlier_run_is_said(tmp_path, capsys):
+    """A 2-step run into the folder of a 3-step run kept the old step2, and compare read it as the new run's
+    (a new user's trial); nothing said so. The first start() that dumps says it, once."""
+    for steps in (3, 2):
+        d = debugger(tmp_path)
+        for _ in range(steps):
+            once(d, lambda: torch.ones(2) + 1)
+    err = capsys.readouterr().err
+    assert err.count("already holds") == 1
+    assert "already holds step0, step1, step2 (rank/) of an earlier run" in err
+    assert sorted(os.listdir(tmp_path / "dump")) == ["step0", "step1", "step2"]   # nothing removed
+
+
 # -- md5 -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
                                    torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64])

@@ -111,6 +111,7 @@ class Session:
                 self._said_dumping = True  # by a rank the config leaves out (that one says so below)
                 log.info("dumping task=%s level=%s to %s", self.config.task, self.config.level,
                          self.config.dump_path)
+                self._say_earlier_run()
             return True
         selection = self.config.rank
         if not self._warned_rank:
@@ -126,6 +127,23 @@ class Session:
                 log.info("config rank=%s does not select rank %d: this process dumps nothing",
                          selection.to_list(), self.rank)
         return False
+
+    def _say_earlier_run(self) -> None:
+        """A dump_path that already holds this rank's folders (an earlier run's, before this one wrote any):
+        the steps this run writes replace theirs and the others stay, and compare reads them together (a
+        3-step run's step2 beside a 2-step run's steps read as the new run's)."""
+        root, rank_folder = self.config.dump_path, writer.rank_folder(self.rank)
+        try:
+            steps = [n for n in os.listdir(root) if n[:4] == "step" and n[4:].isdigit()
+                     and os.path.isdir(os.path.join(root, n, rank_folder))]
+        except OSError:  # not made yet: the usual case
+            return
+        if steps:
+            steps.sort(key=lambda n: int(n[4:]))
+            shown = ", ".join(steps[:4]) + (", ..." if len(steps) > 4 else "")
+            log.warning("dump_path %s already holds %s (%s/) of an earlier run: the steps this run dumps replace "
+                        "theirs and the others stay, so compare would read them with this run's; use a new "
+                        "dump_path, or remove them first", root, shown, rank_folder)
 
     def _selects_none_of_the_job(self, selection) -> bool:
         world = self.world_fn()
