@@ -61,6 +61,9 @@ def test_rank_filter_selects_ranks(tmp_path, capfd):
     assert sorted(p.name for p in (dump / "step0").iterdir()) == ["rank1"]
     err = capfd.readouterr().err
     assert "config rank=[1] does not select rank 0: this process dumps nothing" in err and "WARNING" not in err
+    # each line says which rank printed it (a warning printed by every rank read as duplicated, untagged)
+    assert "[msprobe_lite rank0] INFO: config rank=[1] does not select rank 0" in err
+    assert "[msprobe_lite rank1] INFO: dumping task=statistics" in err
 
 
 def test_a_rank_filter_that_selects_no_rank_of_the_job_is_a_warning(tmp_path, capfd):

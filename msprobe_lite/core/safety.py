@@ -24,13 +24,31 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+class _RankTag(logging.Filter):
+    """` rank{R}` in every line of a distributed run (`%(rank_tag)s`): each rank says its own warnings, and a
+    line printed by one rank of several must say which."""
+
+    tag = ""
+
+    def filter(self, record) -> bool:
+        record.rank_tag = self.tag
+        return True
+
+
 log = logging.getLogger("msprobe_lite")
 if not log.handlers:
     _handler = _StderrHandler()
-    _handler.setFormatter(logging.Formatter("[msprobe_lite] %(levelname)s: %(message)s"))
+    _handler.setFormatter(logging.Formatter("[msprobe_lite%(rank_tag)s] %(levelname)s: %(message)s"))
     log.addHandler(_handler)
     log.setLevel(logging.INFO)
     log.propagate = False
+_rank_tag = _RankTag()
+log.addFilter(_rank_tag)
+
+
+def set_rank(rank) -> None:
+    """The rank of this process, once a session knows it (None: a single-process run, no tag)."""
+    _rank_tag.tag = "" if rank is None else f" rank{rank}"
 
 _seen: dict = {}
 

@@ -18,7 +18,7 @@ from . import writer
 from .filters import RecordFilter, matches_fragment
 from .naming import counterpart, params_grad_call
 from .records import Record, all_finite, summaries_in
-from .safety import log, report_failure, report_unwritable
+from .safety import log, report_failure, report_unwritable, set_rank
 from .stacks import StackCollector
 
 
@@ -155,6 +155,7 @@ class Session:
         if self.finished:
             return False
         self.rank = self.rank_fn()
+        set_rank(self.rank)
         if not (self.step_selected() and self._rank_selected()):
             self.forward_on = self.step_open = False
             return False
