@@ -382,8 +382,21 @@ def _known_keys(loc: Sequence[Union[int, str]]) -> str:
         model = model.model_fields[key].annotation
     keys = list(model.model_fields)
     close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    # a setting of a task's block written at the top (`summary_mode` for `statistics.summary_mode`)
+    blocks = [name for name, field in model.model_fields.items() if isinstance(field.annotation, type)
+              and issubclass(field.annotation, BaseModel) and loc[-1] in field.annotation.model_fields]
+    hint = f"; did you mean {close[0]!r}?" if close else \
+        f"; {loc[-1]!r} is a setting of {' and '.join(map(repr, blocks))}: write it inside that block" if blocks \
+        else ""
     return "a known key: " + ", ".join(map(repr, keys)) + hint
+
+
+def _closest_value(value, options: List[str]) -> str:
+    """`; did you mean 'L1'?` for 'l1' (case) or 'statistic' (a typo), else nothing."""
+    text = str(value)
+    same = [o for o in options if o.lower() == text.lower()]
+    close = same or difflib.get_close_matches(text, options, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _expected(error: Mapping[str, Any]) -> str:
@@ -391,7 +404,9 @@ def _expected(error: Mapping[str, Any]) -> str:
     if kind == "extra_forbidden":
         return _known_keys(error["loc"])
     if kind == "literal_error":
-        return "one of " + error["ctx"]["expected"].replace(" or ", ", ")
+        expected = error["ctx"]["expected"]
+        return "one of " + expected.replace(" or ", ", ") + _closest_value(error["input"],
+                                                                          re.findall(r"'([^']*)'", expected))
     return _TYPE_EXPECTED.get(kind, error["msg"])
 
 

@@ -165,6 +165,28 @@ def test_unknown_nested_key(tmp_path):
     assert problem.path == "tensor.summary_mode"
 
 
+def test_a_block_setting_written_at_the_top_says_its_block(tmp_path):
+    """`summary_mode` at the top level: the known keys were listed with no word of where it belongs (a trial)."""
+    (problem,) = error_of(tmp_path, {"summary_mode": "md5"}).problems
+    assert problem.path == "summary_mode"
+    assert problem.expected.endswith("; 'summary_mode' is a setting of 'statistics': write it inside that block")
+
+
+@pytest.mark.parametrize("config,path,meant", [({"level": "l1"}, "level", "L1"), ({"level": "MIX"}, "level", "mix"),
+                                               ({"task": "statistic"}, "task", "statistics"),
+                                               ({"statistics": {"data_mode": ["Forward"]}}, "statistics.data_mode[0]",
+                                                "forward")])
+def test_a_misspelt_value_gets_the_closest_one(tmp_path, config, path, meant):
+    """Misspelt keys got "did you mean", misspelt values ('l1', 'MIX', 'statistic') did not (a trial)."""
+    (problem,) = error_of(tmp_path, config).problems
+    assert problem.path == path and problem.expected.endswith(f"; did you mean {meant!r}?")
+
+
+def test_a_value_close_to_none_gets_no_guess(tmp_path):
+    (problem,) = error_of(tmp_path, {"level": "L3"}).problems
+    assert problem.expected == "one of 'L0', 'L1', 'mix', 'debug'"
+
+
 def test_unknown_key_that_is_not_a_name_is_quoted(tmp_path):
     error = error_of(tmp_path, {"": 1, "statistics": {"data mode": []}})
     assert [p.path for p in error.problems] == ['statistics["data mode"]', '[""]']
