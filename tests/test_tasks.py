@@ -49,6 +49,21 @@ def test_a_dump_path_holding_an_earlier_run_is_said(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path / "dump")) == ["step0", "step1", "step2"]   # nothing removed
 
 
+def test_start_again_without_step_is_said_once(tmp_path, capsys):
+    """A loop that forgot debugger.step() put every iteration's calls into step 0, numbered on, with no word
+    (a new user's trial). Micro-batches may do it on purpose: said once, and the calls are still recorded."""
+    d = debugger(tmp_path)
+    x = torch.ones(2)
+    for _ in range(3):
+        d.start()
+        torch.tanh(x)
+        d.stop()
+    d.step()
+    assert list(data(tmp_path / "dump")) == [f"Torch.tanh.{i}.forward" for i in range(3)]
+    err = capsys.readouterr().err
+    assert err.count("start() again after stop() without step()") == 1
+
+
 # -- md5 -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
                                    torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64])

@@ -63,6 +63,7 @@ class Session:
         self.forward_on = False           # between start() and stop()
         self.step_open = False            # between start() and step(): backward still recorded
         self._said_no_save = False        # level debug: a step without save() was said
+        self._said_restart = False        # start() after stop() in one step was said
         self.finished = False             # past the last selected step: nothing more, ever
         self.thread = None                # the thread that called start(): module calls of others are not ours
         self._said_dumping = False
@@ -159,6 +160,11 @@ class Session:
         if not (self.step_selected() and self._rank_selected()):
             self.forward_on = self.step_open = False
             return False
+        if self.step_open and not self.forward_on and not self._said_restart:
+            self._said_restart = True  # micro-batches may do this on purpose: said once, not refused
+            log.warning("step %d: start() again after stop() without step(): this iteration's calls are numbered "
+                        "on in step %d (call debugger.step() at the end of each training step; said once)",
+                        self.step, self.step)
         self.thread = threading.get_ident()
         self.forward_on = self.step_open = True
         self.prepared.prepare(self.folder(), writer.step_files(*self._layout()))
