@@ -155,3 +155,44 @@ def test_an_operation_the_port_left_out_is_named_across_frameworks(tmp_path):
     assert missing is not None and missing["name"] == "Tensor.div.0.forward", missing
     assert "math.sqrt(8)" in missing["stack"][0]
 
+
+def _paired_rows(result_file) -> dict:
+    """{target row: golden row} from a compare's CSV."""
+    import csv
+
+    with open(result_file, newline="") as f:
+        return {row["NPU Name"]: row["Bench Name"] for row in csv.DictReader(f)}
+
+
+def test_norm_primitives_pair_with_their_arguments_in_pytorchs_order(tmp_path):
+    """MindSpore's BatchNorm returns five outputs and LayerNorm three where PyTorch's return one: they never
+    paired at L1, so a wrong LayerNorm epsilon could not be found there (a new user's trial). They pair on
+    their first output now, the batch statistics beside it are the target's own (no warning), and their
+    arguments meet in PyTorch's order: BatchNorm's scale is batch_norm's weight (input.3), not its
+    running_mean (input.1), and so are their gradients in the backward record."""
+    ms_dump, pt_dump = dump_both(tmp_path / "cnn", "cnn", level="L1")
+    pair = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out"), quiet=True).pairs[0]
+    assert pair["counts"]["error"] == pair["counts"]["warning"] == 0 and pair["first_divergence"] is None, pair
+    rows = _paired_rows(pair["result_file"])
+    forward, backward = "Primitive.BatchNorm.0.forward", "Primitive.BatchNorm.0.backward"
+    # nn.BatchNorm2d passes weight and bias to F.batch_norm by keyword: they meet MindSpore's scale and bias
+    assert rows[f"{forward}.input.1"] == "Functional.batch_norm.0.forward.input.weight"
+    assert rows[f"{forward}.input.3"] == "Functional.batch_norm.0.forward.input.1"    # mean: running_mean
+    assert rows[f"{forward}.output.0"] == "Functional.batch_norm.0.forward.output.0"
+    assert rows[f"{backward}.output.1"] == "Functional.batch_norm.0.backward.output.3"  # d scale: d weight
+    reverse = compare(str(pt_dump), str(ms_dump), str(tmp_path / "reverse"), quiet=True).pairs[0]
+    assert reverse["counts"]["error"] == reverse["counts"]["warning"] == 0, reverse
+    assert _paired_rows(reverse["result_file"])["Functional.batch_norm.0.forward.input.weight"] == f"{forward}.input.1"
+    ms_dump, pt_dump = dump_both(tmp_path / "mlp", "mlp", level="L1")
+    rows = _paired_rows(compare(str(ms_dump), str(pt_dump), str(tmp_path / "out2"), quiet=True)
+                        .pairs[0]["result_file"])
+    assert rows["Primitive.LayerNorm.0.forward.input.1"] == "Functional.layer_norm.0.forward.input.weight"  # gamma
+    assert rows["Primitive.LayerNorm.0.backward.output.1"] == "Functional.layer_norm.0.backward.output.1"
+
+
+def test_a_different_epsilon_is_named_at_L1(tmp_path):
+    ms_dump, pt_dump = dump_both(tmp_path, "mlp", level="L1", norm_eps=1e-2)
+    first = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out"), quiet=True).pairs[0]["first_divergence"]
+    assert first is not None and first["name"] == "Primitive.LayerNorm.0.forward", first
+    assert first["golden_name"] == "Functional.layer_norm.0.forward"
+

@@ -16,7 +16,7 @@ from . import report, tensors
 from .frameworks import namespace_free, translations
 from .judge import ERROR, NO_GRAD_INPUTS, PASS, UNMATCHED, WARNING, Judge, record_eps
 from .metrics import eps_of
-from .pair import is_module, pair_records, split_name
+from .pair import dtype_kind, is_module, pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs, place, resolve
 from .rows import INPUT, OUTPUT, params_grad_owner
 
@@ -188,6 +188,12 @@ def _other_place(target_path: str, golden_path: str):
     return "; ".join(said) or None
 
 
+def _holds_floats(dump, name: str) -> bool:
+    """Whether a call takes or gives a floating-point tensor: one on integers only (a counter) cannot be what
+    made two runs' numbers part."""
+    return any(row.is_tensor and dtype_kind(row.dtype) == "float" for row in dump.rows(name))
+
+
 def _then(first, second):
     return lambda name: second(first(name))
 
@@ -294,9 +300,11 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     note = "; ".join(filter(None, [_other_place(target_path, golden_path), note])) or None
     _values_in_both(target, golden)
     _some_part_in_common(target, golden)
-    pairs = pair_records(target, golden, rename_t, rename_g, by_parent)
+    pairs = pair_records(target, golden, rename_t, rename_g, by_parent, across)
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
-    judge = Judge(mode, _tensor_measurer(measured), t_names and t_names.row_tail, g_names and g_names.row_tail,
+    t_tail = t_names.row_tail if t_names else g_names.torch_row_tail if g_names else None
+    g_tail = g_names.row_tail if g_names else t_names.torch_row_tail if t_names else None
+    judge = Judge(mode, _tensor_measurer(measured), t_tail, g_tail,
                   distributed=rank is not None, later_step=bool(step))
     inner = _inner_eps(pairs, target, golden)
     tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"
@@ -393,7 +401,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                     and not _left_out_by_level(pair.target, target.level, golden.level):
                 extra = {"name": pair.target, "stack": stack, "parents": target.parent_chain(pair.target)}
             if lone and not pair.target and paired_forward:
-                gap.append(pair.golden if first is None else None)
+                if _holds_floats(golden, pair.golden):  # not a counter's (BatchNorm's num_batches_tracked += 1)
+                    gap.append(pair.golden if first is None else None)
             elif lone:
                 gap_clean = False
             continue

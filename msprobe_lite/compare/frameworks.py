@@ -13,7 +13,7 @@ import functools
 import os
 
 MAPPING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mindspore_pytorch.yaml")
-_SECTIONS = ("cells", "parameters", "apis", "arguments")
+_SECTIONS = ("cells", "parameters", "apis", "arguments", "positions", "keywords")
 _PREFIXES = {"Mint": "Torch", "MintFunctional": "Functional"}   # default API prefix correspondence
 _NUMBERED = ("forward", "backward", "parameters_grad")
 # state_dict entries that are PyTorch bookkeeping, not weights: no MindSpore counterpart, never compared
@@ -21,7 +21,8 @@ TORCH_BOOKKEEPING = ("num_batches_tracked",)
 
 
 class NameMapError(ValueError):
-    """A mapping file that is not a mapping of the four known sections to name -> name tables."""
+    """A mapping file that is not a mapping of the known sections to name -> name tables (positions: name ->
+    list of argument positions)."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -40,8 +41,21 @@ def load_names(path: str = MAPPING) -> dict:
     names = {}
     for section in _SECTIONS:
         table = content.get(section) or {}
-        if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                  for k, v in table.items()):
+        if section == "positions":
+            if not isinstance(table, dict) or not all(
+                    isinstance(k, str) and isinstance(v, list) and all(type(i) is int and i >= 0 for i in v)
+                    for k, v in table.items()):
+                raise NameMapError(f"{path}: section 'positions' must map API names to lists of argument positions "
+                                   f"(integers >= 0)")
+        elif section == "keywords":
+            if not isinstance(table, dict) or not all(
+                    isinstance(k, str) and isinstance(v, dict) and all(
+                        isinstance(n, str) and type(i) is int and i >= 0 for n, i in v.items())
+                    for k, v in table.items()):
+                raise NameMapError(f"{path}: section 'keywords' must map API names to tables of argument name -> "
+                                   f"position (an integer >= 0)")
+        elif not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in table.items()):
             raise NameMapError(f"{path}: section {section!r} must map names to names (strings)")
         names[section] = dict(table)
     return names
@@ -54,6 +68,7 @@ class Translation:
         names = load_names(path)
         self.cells, self.params = names["cells"], names["parameters"]
         self.apis, self.arguments = names["apis"], names["arguments"]
+        self.positions, self.keywords = names["positions"], names["keywords"]
 
     @functools.lru_cache(maxsize=None)  # noqa: B019 - one instance per compare, bounded by its names
     def record(self, name: str) -> str:
@@ -75,17 +90,49 @@ class Translation:
             return f"{mapped}.{parts[-2]}.{parts[-1]}"
         return name
 
-    def row_tail(self, tail: str) -> str:
+    def row_tail(self, tail: str, record: str = "") -> str:
         """The part of a row name after its record: `.parameters.gamma` -> `.parameters.weight`, `.beta` (a
-        parameter gradient) -> `.bias`, `.input.axis` -> `.input.dim`."""
+        parameter gradient) -> `.bias`, `.input.axis` -> `.input.dim`; and for an API whose arguments come in
+        another order (`positions`: MindSpore's BatchNorm takes x, scale, bias, mean, variance where PyTorch's
+        batch_norm takes input, running_mean, running_var, weight, bias), `.input.1` of its forward record and
+        `.output.1` of its backward record (the gradient of that argument) -> `.input.3` / `.output.3`. The
+        PyTorch positions a list leaves out are taken to hold no tensor (LayerNorm's normalized_shape)."""
         parts = tail.split(".")
-        if len(parts) >= 3 and parts[1] == "parameters":
+        order = self._order(record) if record else None
+        if order and len(parts) >= 3 and parts[2].isdigit() and int(parts[2]) < len(order[0]) \
+                and parts[1] == ("input" if order[1] == "forward" else "output"):
+            parts[2] = str(order[0][int(parts[2])])
+        elif len(parts) >= 3 and parts[1] == "parameters":
             parts[2] = self.params.get(parts[2], parts[2])
         elif len(parts) >= 3 and parts[1] == "input" and not parts[2].isdigit():
             parts[2] = self.arguments.get(parts[2], parts[2])
         elif len(parts) >= 2 and not parts[1].isdigit() and parts[1] not in ("input", "output"):
             parts[1] = self.params.get(parts[1], parts[1])
         return ".".join(parts)
+
+    def torch_row_tail(self, tail: str, record: str = "") -> str:
+        """The PyTorch side's row tail, met by `row_tail`: an argument of a `keywords` API passed by name is
+        named by its position (`F.batch_norm(x, rm, rv, weight=w)`: `.input.weight` -> `.input.3`), as the
+        positions table speaks of positions."""
+        parts = tail.split(".")
+        if len(parts) >= 3 and parts[1] == "input" and record.endswith(".forward"):
+            table = self.keywords.get(".".join(record.split(".")[:-2]))
+            if table and parts[2] in table:
+                parts[2] = str(table[parts[2]])
+        return ".".join(parts)
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019 - one instance per compare, bounded by its names
+    def _order(self, record: str):
+        """(positions, direction) of an API record whose arguments are reordered, else None. A backward
+        record's outputs are the gradients of the tensor arguments only, in order: there, the position of
+        each among the mapped positions (LayerNorm's [0, 2, 3] around PyTorch's normalized_shape: [0, 1, 2])."""
+        parts = record.split(".")
+        order = self.positions.get(".".join(parts[:-2])) if len(parts) >= 4 else None
+        if not order or parts[-1] not in ("forward", "backward"):
+            return None
+        if parts[-1] == "backward":
+            order = [sorted(order).index(p) for p in order]
+        return order, parts[-1]
 
 
 # PyTorch reaches one operation through several namespaces (`q @ k` is Tensor.matmul, `torch.matmul(q, k)`

@@ -43,6 +43,9 @@ NOT_DUMPED = "not dumped in %s (it holds no call's rows of this kind: a data_mod
 # across frameworks, a scalar argument of one side only: the APIs spell the same call differently (PyTorch's
 # F.relu passes inplace=False, MindSpore's cross_entropy passes by position what PyTorch passes by keyword)
 ONE_FRAMEWORKS_ARGUMENT = "an argument of the %s's framework only"
+# across frameworks, a tensor of one side only: MindSpore's LayerNorm and BatchNorm return their batch statistics
+# beside the result, PyTorch's layer_norm and batch_norm the result alone
+ONE_FRAMEWORKS_VALUE = "a value of the %s's framework only"
 # a rank's parameter gradients are read after the backward pass, once DDP (or the user's all-reduce) has
 # combined them across ranks: a rank that computed the same gradients as its golden gets another rank's difference
 ACROSS_RANKS = ("one rank of a distributed run: parameter gradients are read after the backward pass, when DDP's "
@@ -168,6 +171,7 @@ class Judge:
         # side read as PyTorch's `.parameters.weight`); None: as written
         self.tail = tail
         self.golden_tail = golden_tail
+        self._across = tail is not None or golden_tail is not None  # two frameworks: one side is translated
         self.columns = COLUMNS[mode]
         self.measure = measure   # tensor mode: (t_dump, t_obj, g_dump, g_obj) -> tensors.measure() result
         self._blank = dict.fromkeys(self.columns)
@@ -270,7 +274,8 @@ class Judge:
         t_rows = t_dump.rows(pair.target)
         cut_t, cut_g = len(pair.target), len(pair.golden)
         g_tail, t_tail = self.golden_tail, self.tail
-        g_rows = {(g_tail(r.name[cut_g:]) if g_tail else r.name[cut_g:]): r for r in g_dump.rows(pair.golden)}
+        g_rows = {(g_tail(r.name[cut_g:], pair.golden) if g_tail else r.name[cut_g:]): r
+                  for r in g_dump.rows(pair.golden)}
         verdict = Verdict()
         if pair.how == "aligned":
             verdict.reasons.append(f"aligned with {pair.golden}")
@@ -295,7 +300,7 @@ class Judge:
         # the parts (input, output) each dump holds: a dump made with a `data_mode` filter has one only
         t_roles, g_roles = t_dump.roles(), g_dump.roles()
         for t_row in t_rows:
-            suffix = t_tail(t_row.name[cut_t:]) if t_tail else t_row.name[cut_t:]
+            suffix = t_tail(t_row.name[cut_t:], pair.target) if t_tail else t_row.name[cut_t:]
             g_row = g_rows.get(suffix)
             seen.add(suffix)
             row, err, problems = self._row(t_row, g_row, t_dump, g_dump)
@@ -303,6 +308,8 @@ class Judge:
                 problems = [NOT_DUMPED % "golden"]
             elif g_row is None and _scalar_argument(t_row):
                 problems = self._one_sided(suffix, t_row, t_only, "target")
+            elif g_row is None and self._across:
+                problems = [ONE_FRAMEWORKS_VALUE % "target"]
             if g_row is not None:
                 row["Bench Name"] = g_row.name
                 worst_eps = max(worst_eps, eps_of(t_row.dtype), eps_of(g_row.dtype))
@@ -344,6 +351,8 @@ class Judge:
                     problems = [NOT_DUMPED % "target"]
                 elif _scalar_argument(g_row):
                     problems = self._one_sided(suffix, g_row, g_only, "golden")
+                elif self._across:
+                    problems = [ONE_FRAMEWORKS_VALUE % "golden"]
                 rows.append(row)
                 row_problems.append(problems)
         errs[INPUT].append(upstream)
@@ -443,7 +452,7 @@ class Judge:
         `only` for _passed_by_one_run, no row problem. Across frameworks, whose APIs spell the same call
         differently, an unmatched row that does not make the call a warning (an identical port read
         "3 warning" at L1)."""
-        if self.tail is None and self.golden_tail is None:
+        if not self._across:
             only.append((suffix, row))
             return []
         return [ONE_FRAMEWORKS_ARGUMENT % side]
@@ -459,9 +468,10 @@ class Judge:
             for p in problems:
                 severity = ERROR if p.startswith(("shape", "dtype", "target output has NaN", "tensor files",
                                                   MD5_DIFFERS)) \
-                    else UNMATCHED if p.startswith(("row only", "not dumped", "an argument of")) else WARNING
+                    else UNMATCHED if p.startswith(("row only", "not dumped", "an argument of", "a value of")) \
+                    else WARNING
                 result = _worse(result, severity)
-                if p.startswith(("not dumped", "an argument of")):  # the row's own result, not the call's
+                if p.startswith(("not dumped", "an argument of", "a value of")):  # the row's own, not the call's
                     own = p
                 elif p not in verdict.reasons:
                     verdict.raise_to(ERROR if severity == ERROR else WARNING, p)

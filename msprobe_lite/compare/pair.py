@@ -56,15 +56,24 @@ def dtype_kind(dtype: str) -> str:
     return d
 
 
-def signature(name: str, rows) -> tuple:
+def signature(name: str, rows, first_output: bool = False) -> tuple:
     """What a call was given and gave back: role, shape and dtype kind of each tensor. A module's parameters
     are left out: the reference tool's 1.0 versions did not dump them, and a call is the same call whether
     or not its weights were written down. So are scalar arguments: frameworks spell defaults differently
     (PyTorch's `F.relu` passes `inplace=False`, MSAdapter's does not), and a call whose scalar differs is
-    better paired and judged ("argument differs") than left unmatched."""
+    better paired and judged ("argument differs") than left unmatched. `first_output` (across frameworks):
+    a forward call's outputs after its first are left out too, as MindSpore's LayerNorm and BatchNorm
+    return their batch statistics beside the result that PyTorch's return alone."""
     params = name + ".parameters."
+    later = name + ".output." if first_output and split_name(name)[1] == "forward" else None
     return tuple((row.role, None if row.shape is None else tuple(row.shape), dtype_kind(row.dtype))
-                 for row in rows if row.is_tensor and not row.name.startswith(params))
+                 for row in rows if row.is_tensor and not row.name.startswith(params)
+                 and not (later and row.name.startswith(later) and not _first_output(row.name, later)))
+
+
+def _first_output(row_name: str, prefix: str) -> bool:
+    rest = row_name[len(prefix):]
+    return rest == "0" or rest.startswith("0.")
 
 
 def _on_roles(sigs: list, roles) -> list:
@@ -135,12 +144,14 @@ def _canonical(rename):
     return name_of
 
 
-def pair_records(target, golden, rename=_same, rename_golden=_same, by_parent: bool = True) -> list:
+def pair_records(target, golden, rename=_same, rename_golden=_same, by_parent: bool = True,
+                 across: bool = False) -> list:
     """Pairs in target execution order; golden-only records follow the pair of the golden record before them.
 
     `rename` and `rename_golden` map each side's names into one naming where they can meet: user mappings
     on the target, and a MindSpore side read in PyTorch's names when the frameworks differ. `by_parent`
-    False groups calls without their parent modules (an L1 dump has none to match a mix dump's)."""
+    False groups calls without their parent modules (an L1 dump has none to match a mix dump's). `across`: the
+    two dumps are of two frameworks (see `signature`)."""
     rename, rename_golden = _canonical(rename), _canonical(rename_golden)
     parents_t, parents_g = (target.parents, golden.parents) if by_parent else ({}, {})
     groups_t: dict = {}
@@ -159,8 +170,8 @@ def pair_records(target, golden, rename=_same, rename_golden=_same, by_parent: b
             golden_names = {rename_golden(g): g for g in g_names}
             partner.update({n: golden_names[rename(n)] for n in t_names if rename(n) in golden_names})
             continue
-        sig_t = [signature(n, target.rows(n)) for n in t_names]
-        sig_g = [signature(n, golden.rows(n)) for n in g_names]
+        sig_t = [signature(n, target.rows(n), across) for n in t_names]
+        sig_g = [signature(n, golden.rows(n), across) for n in g_names]
         if common is not None:
             sig_t, sig_g = _on_roles(sig_t, common), _on_roles(sig_g, common)
         if sig_t == sig_g:
