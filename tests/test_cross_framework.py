@@ -196,3 +196,13 @@ def test_a_different_epsilon_is_named_at_L1(tmp_path):
     assert first is not None and first["name"] == "Primitive.LayerNorm.0.forward", first
     assert first["golden_name"] == "Functional.layer_norm.0.forward"
 
+
+def test_a_mapping_fragment_written_as_a_module_for_a_mindspore_target_gets_the_cell_name(tmp_path):
+    """A PyTorch user writes `Module.fc1` for a MindSpore target, whose records are `Cell.fc1...`: no hint came
+    (a new user's trial)."""
+    ms_dump, pt_dump = dump_both(tmp_path, "mlp")
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text("Module.fc1: Module.fc1\n")
+    pair = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out"), mapping=str(mapping), quiet=True).pairs[0]
+    assert pair["mapping_unused"] == ["Module.fc1"] and pair["mapping_close"] == {"Module.fc1": "Cell.fc1"}
+

@@ -80,8 +80,18 @@ def _closest_fragments(fragments, names) -> dict:
     if not fragments:
         return {}
     heads = {".".join(parts[:i]) for parts in (n.split(".") for n in names) for i in range(2, len(parts) - 1)}
-    close = {f: difflib.get_close_matches(f, heads, n=1, cutoff=0.6) for f in fragments}
+    close = {f: difflib.get_close_matches(_kind_of(f, heads), heads, n=1, cutoff=0.6) for f in fragments}
     return {f: c[0] for f, c in close.items() if c}
+
+
+def _kind_of(fragment: str, heads) -> str:
+    """`fragment` with the module kind of the target's names: `Module.ln2` -> `Cell.ln2` for a MindSpore
+    target, whose cells a PyTorch user writes as modules."""
+    for mine, theirs in (("Module.", "Cell."), ("Cell.", "Module.")):
+        if fragment.startswith(mine) and not any(h.startswith(mine) for h in heads) \
+                and any(h.startswith(theirs) for h in heads):
+            return theirs + fragment[len(mine):]
+    return fragment
 
 
 def _tensor_measurer(measured: dict):
@@ -515,7 +525,8 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
             close.update({f: c for f, c in p["mapping_close"].items() if f in unused and f not in close})
         said = ", ".join(repr(f) + (f" (did you mean {close[f]!r}?)" if f in close else "") for f in sorted(unused))
         print(f"mapping: {said} matched no record name of the target (expected fragments of its names, such as "
-              f"'Module.encoder_v2' in 'Module.encoder_v2.Linear.forward.0'): nothing was renamed by them")
+              f"'Module.encoder_v2' in 'Module.encoder_v2.Linear.forward.0', 'Cell.encoder_v2' in a MindSpore "
+              f"dump's): nothing was renamed by them")
     summary.not_compared = {side: [{"step": s, "rank": r} for s, r in places] for side, places in left.items()}
     for side, places in left.items():
         if places and not quiet:  # a step or rank of one side only: said, never dropped without a word
