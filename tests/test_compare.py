@@ -1104,6 +1104,10 @@ def test_an_inserted_call_does_not_shift_later_pairs(tmp_path, golden):
     aligned = [r for r in rows if r["NPU Name"].startswith("Torch.matmul.1.") and r["Bench Name"]]
     assert aligned and aligned[0]["Bench Name"].startswith("Torch.matmul.0.")
     assert {r["Result"] for r in rows if r["NPU Name"].startswith("Torch.matmul.0.")} == {"unmatched"}
+    # report.html details the call only in the target with its stack, not only the answer line (a trial: its
+    # one table showed a later call whose inputs differ)
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "<h3>Call only in the target</h3>" in html and "torch.matmul(self.pos, self.pos.t())" in html
 
 
 def test_bf16_against_fp32_is_not_divergent_everywhere(tmp_path, golden):

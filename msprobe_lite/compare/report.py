@@ -194,6 +194,19 @@ def _svg_plot(errors: list, width: int = 900, height: int = 180) -> str:
             f'<polyline fill="none" stroke="#c0392b" stroke-width="1.2" points="{" ".join(points)}"/></svg>')
 
 
+def _found_table(heading: str, found: dict) -> str:
+    """A named call as an HTML table: its name, its golden partner and why (when it has them), parents, stack."""
+    rows = [f"<h3>{html.escape(heading)}</h3><table>"]
+    for key in ("name", "golden_name", "reason"):
+        if key in found:
+            rows.append(f"<tr><th>{key}</th><td>{html.escape(str(found[key]))}</td></tr>")
+    parents = " &lt; ".join(html.escape(p) for p in found.get("parents") or []) or "-"
+    stack = "<br>".join(html.escape(f) for f in found.get("stack") or [])
+    rows.append(f"<tr><th>parents</th><td>{parents}</td></tr><tr><th>stack</th><td><code>{stack}</code></td></tr>"
+                f"</table>")
+    return "".join(rows)
+
+
 def write_html(path: str, summary: dict, details: list) -> None:
     """details: per pair, {"pair": summary pair, "errors": [...], "modules": {module: worst}}."""
     parts = ["<!doctype html><meta charset='utf-8'><title>msprobe_lite compare</title>",
@@ -208,14 +221,12 @@ def write_html(path: str, summary: dict, details: list) -> None:
             (p.get("first_error"), "First error (no call introduced one)") if p.get("first_error") else \
             (p.get("first_seen"), "First call whose inputs differ (no call introduced a divergence)") \
             if p.get("first_seen") else (p.get("first_warning"), "First warning (no call introduced a divergence)")
-        if fd:
-            parts.append(f"<h3>{title}</h3><table>")
-            for key in ("name", "golden_name", "reason"):
-                parts.append(f"<tr><th>{key}</th><td>{html.escape(str(fd[key]))}</td></tr>")
-            parents = " &lt; ".join(html.escape(p) for p in fd["parents"]) or "-"
-            parts.append(f"<tr><th>parents</th><td>{parents}</td></tr>")
-            stack = "<br>".join(html.escape(f) for f in fd.get("stack") or [])
-            parts.append(f"<tr><th>stack</th><td><code>{stack}</code></td></tr></table>")
+        # the calls of one run only that the answer line names (often the change itself), then the call
+        for found, heading in ((p.get("first_only_in_target"), "Call only in the target"),
+                               (p.get("first_only_in_golden"), "Call only in the golden (the target does not make it)"),
+                               (fd, title)):
+            if found:
+                parts.append(_found_table(heading, found))
         parts.append("<h3>Output error along execution order</h3>" + _svg_plot(d["errors"]))
         if d["modules"]:
             parts.append("<h3>Modules, worst output error of their calls</h3><table>"
