@@ -362,6 +362,29 @@ def test_folders_of_other_steps_or_ranks_are_compared_and_said(tmp_path):
     assert pair["note"] == "steps differ: target step 0, golden step 1"
 
 
+@pytest.mark.parametrize("level,names", [("L0", None), ("mix", ["Module.0.Linear"])])
+def test_gradients_that_enter_the_dump_already_different_are_said(tmp_path, level, names):
+    """The runs part after the dumped calls in the forward pass (a scale on the output, outside any module at
+    L0, left out by a `list` at mix): every forward call agrees, and the gradients flowing back into the dump
+    differ by 2 %. The answer read "no divergent call found; all pass" (a new user's trial with a scope);
+    the step's first backward record is now asked whether its gradients came in different."""
+    def dump(path, scale):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
+        config = {"level": level, **({"statistics": {"list": names}} if names else {})}
+        return dump_step(path, model, torch.randn(5, 4), loss=lambda out: (out * scale).pow(2).sum(), **config)
+
+    (pair,) = run(dump(tmp_path / "t", 1.01), dump(tmp_path / "g", 1.0), tmp_path / "out").pairs
+    assert pair["first_divergence"] is None
+    seen = pair["first_seen"]
+    first_backward = "Module.2.Linear.backward.0" if level == "L0" else "Module.0.Linear.backward.0"
+    assert seen["name"] == first_backward, seen
+    assert "the gradients flowing in already differ by 0.0201 of their magnitude" in seen["reason"]
+    assert "earlier calls' outputs by at most 0:" in seen["reason"]
+    (pair,) = run(dump(tmp_path / "t2", 1.0), dump(tmp_path / "g2", 1.0), tmp_path / "out2").pairs
+    assert pair["first_seen"] is None and pair["first_divergence"] is None
+
+
 def test_a_dump_compared_with_itself_is_said(tmp_path):
     """Every call passes, which proves nothing when both paths name one dump (a new user's slip)."""
     from msprobe_lite.compare.report import console_line

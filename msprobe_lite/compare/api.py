@@ -365,10 +365,13 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         # differently by earlier steps, shows there; without it, an L1 compare of runs whose input data differ
         # read "all pass"). Calls after the backward pass (the optimizer's, gradient clipping) take gradients,
         # whose noise only the backward records' judging knows: not asked, nor where no backward record marks
-        # the forward pass's end (_forward_pass_bounded).
+        # the forward pass's end (_forward_pass_bounded). The step's first backward record is asked too: the
+        # gradients flowing into it come from the loss and from what ran after it in the forward pass, which a
+        # `scope` or `list` left out of the dump (the gradients entering a scope that differ read "all pass").
         owner = params_grad_owner(pair.target) if pair.target else None
         chain = target.parent_chain(pair.target) if pair.target else []
-        asked = direction == "forward" and (is_module(pair.target) or (apis_asked and not backward_begun))
+        asked = (direction == "forward" and (is_module(pair.target) or (apis_asked and not backward_begun))) or \
+            (direction == "backward" and not backward_begun and pair.golden is not None)
         backward_begun = backward_begun or direction == "backward"
         if direction == "forward":
             for parent in chain:

@@ -61,6 +61,10 @@ _WEIGHTS_DIFFER = ("the weights are not the golden's (converted, loaded or initi
                    "steps updated them differently")
 _WEIGHT_ARGUMENT_DIFFERS = _WEIGHTS_DIFFER + (" (or, for an input made to require grad, the input data or code "
                                               "that is not recorded)")
+# why the gradients flowing into the step's first backward record differ more than the forward pass explains
+_GRADIENTS_CAME_IN = ("they come from the loss and from what ran after this call in the forward pass, which this "
+                      "dump does not hold or does not compare (left out by a scope or list filter, code between "
+                      "modules at L0, calls outside the API list): the runs parted there")
 # why a call's inputs differ more than the earlier calls' outputs explain (Judge.judge, first_seen)
 _PARTED_BEFORE_MODULE = ("the runs parted before this call, in code that is not recorded (at L0 what runs "
                          "between modules; at mix calls outside the API list or left out by a filter), in the "
@@ -424,6 +428,8 @@ class Judge:
         weight = inputs and data_grad and not is_module(name) and not unpaired
         if not inputs:
             what, err, why = "its parameters differ", param_err, _WEIGHTS_DIFFER
+        elif split_name(name)[1] == "backward":  # the step's first backward record (see _compare_one)
+            what, err, why = "the gradients flowing in already differ", data_err, _GRADIENTS_CAME_IN
         else:
             what, err = "inputs already differ", data_err
             why = _WEIGHT_ARGUMENT_DIFFERS if weight else \
