@@ -595,6 +595,36 @@ def test_a_scalar_argument_set_differently_is_named_however_far_the_inputs_drift
     assert (verdict.introduced, verdict.result) == (introduced, result), verdict.reasons
 
 
+@pytest.mark.parametrize("later_step,introduced", [(False, True), (True, False)])
+def test_at_a_later_step_drifted_inputs_need_a_wider_margin(later_step, introduced):
+    """A LayerNorm at step 1 of a DDP run: its inputs' statistics moved 5.7e-7 (weights updated differently
+    at step 0), its output's Min 3e-5 of its magnitude. Named as introduced, ahead of the call whose setting
+    really differed (a new user's trial). At a later step, drifted inputs need the output 64 tolerances off."""
+    from msprobe_lite.compare.judge import Judge, Verdict
+    from msprobe_lite.compare.rows import INPUT, OUTPUT
+
+    verdict = Verdict()
+    Judge("statistics", later_step=later_step)._decide(verdict, {INPUT: [5.7e-7], OUTPUT: [3.03e-5]},
+                                                       {INPUT: {}, OUTPUT: {}}, 2.0 ** -23, [], False)
+    assert verdict.introduced is introduced and verdict.result in ("error", "warning"), verdict.reasons
+
+
+def test_a_setting_that_is_not_a_number_is_named_though_drift_exceeds_its_output_difference():
+    """`approximate="tanh"` at a later step whose inputs drifted more than its output differs (GELU shrinks
+    negative inputs): it read as a warning, and nothing was named at that step (a new user's trial)."""
+    from msprobe_lite.compare.judge import Judge, Verdict
+    from msprobe_lite.compare.rows import INPUT, OUTPUT
+
+    verdict = Verdict()
+    Judge("statistics", later_step=True)._decide(verdict, {INPUT: [2.16e-4], OUTPUT: [1.15e-4]},
+                                                 {INPUT: {}, OUTPUT: {}}, 2.0 ** -23, [], False, math.inf)
+    assert verdict.introduced and verdict.result == "error", verdict.reasons
+    verdict = Verdict()  # the same setting difference with outputs that agree (a barrier's process group)
+    Judge("statistics", later_step=True)._decide(verdict, {INPUT: [0.0], OUTPUT: [0.0]},
+                                                 {INPUT: {}, OUTPUT: {}}, 2.0 ** -23, [], False, math.inf)
+    assert not verdict.introduced
+
+
 def _train_gelu_mlp(path, **gelu_kwargs):
     """Three AdamW steps of a seeded MLP at L1 whose activation is `F.gelu(h, **gelu_kwargs)`."""
     torch.manual_seed(0)
@@ -1075,7 +1105,7 @@ def test_bf16_inputs_within_tolerance_and_an_output_three_times_as_far_is_a_warn
     assert verdict.reasons == ["amplified: outputs differ by 0.17 of their magnitude, inputs by 0.05"]
 
 
-def _train_transformer(path, steps=3, ln_eps=None, scale=None):
+def _train_transformer(path, steps=3, ln_eps=None, scale=None, gelu=None):
     """`steps` AdamW steps of the seeded transformer at mix, one planted change or none: by the later steps
     every weight has drifted between two runs that differ anywhere."""
     torch.manual_seed(0)
@@ -1083,6 +1113,9 @@ def _train_transformer(path, steps=3, ln_eps=None, scale=None):
     model.eval()
     if ln_eps is not None:
         model.blocks[1].ln2.eps = ln_eps
+    if gelu is not None:
+        for block in model.blocks:
+            block.mlp[1].approximate = gelu
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     tokens = torch.randint(0, 32, (2, 6), generator=torch.Generator().manual_seed(1))
     d = PrecisionDebugger(dump_path=str(path), task="statistics", level="mix")
@@ -1106,6 +1139,8 @@ def test_a_planted_change_is_named_at_every_step_after_the_weights_drift(tmp_pat
     s = run(_train_transformer(tmp_path / "eps", ln_eps=1e-2), golden, tmp_path / "out")
     assert [p["first_divergence"]["name"] for p in s.pairs] == ["Functional.layer_norm.3.forward"] * 3
     assert all("input.eps differs: 0.01 vs 1e-05" in p["first_divergence"]["reason"] for p in s.pairs)
+    s = run(_train_transformer(tmp_path / "tanh", gelu="tanh"), golden, tmp_path / "out_tanh")
+    assert [p["first_divergence"]["name"] for p in s.pairs] == ["Functional.gelu.0.forward"] * 3
     s = run(_train_transformer(tmp_path / "same"), golden, tmp_path / "out_same")
     assert all(p["first_divergence"] is None and p["counts"]["error"] == p["counts"]["warning"] == 0
                for p in s.pairs)
