@@ -11,7 +11,7 @@ from . import stacks, statistics, writer
 from .calls import CallRecorder
 from .debug_save import DebugSaver
 from .module_calls import ModuleHooks
-from .safety import guarded, log
+from .safety import guarded, log, set_rank
 from .session import Session
 
 MODULE_LEVELS = ("L0", "mix")
@@ -99,6 +99,7 @@ class Debugger:
 
     @guarded("start()")
     def _attach(self, model) -> None:
+        set_rank(self.session.rank_fn())  # what hooking says is tagged with the rank too
         self.modules.attach(model)
 
     @guarded("start()")
