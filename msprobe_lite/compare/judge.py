@@ -64,6 +64,8 @@ ACROSS_RANKS_WEIGHTS = ("one rank of a distributed run: earlier steps updated th
                         "reaches them; see the other ranks' lines")
 _WEIGHTS_DIFFER = ("the weights are not the golden's (converted, loaded or initialised differently), or earlier "
                    "steps updated them differently")
+_EARLIER_STEP = ("at a step after the first, the usual cause: the earliest compared step's line names where the "
+                 "runs parted")
 _WEIGHT_ARGUMENT_DIFFERS = _WEIGHTS_DIFFER + (" (or, for an input made to require grad, the input data or code "
                                               "that is not recorded)")
 # why the gradients flowing into the step's first backward record differ more than the forward pass explains
@@ -446,6 +448,8 @@ class Judge:
                    f"passed to it (an argument, at L1 and mix) made them differ")
         if self.distributed and self.later_step and (weight or not inputs):
             why += "; " + ACROSS_RANKS_WEIGHTS
+        elif self.later_step and (weight or not inputs):  # drifted weights hide what the first step showed
+            why += "; " + _EARLIER_STEP
         if unpaired:
             why += (f"; {unpaired} earlier forward call{'s' if unpaired > 1 else ''} did not pair with a call of "
                     f"the other run and {'are' if unpaired > 1 else 'is'} not compared: the difference may come "
