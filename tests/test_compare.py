@@ -625,6 +625,19 @@ def test_a_setting_that_is_not_a_number_is_named_though_drift_exceeds_its_output
     assert not verdict.introduced
 
 
+@pytest.mark.parametrize("later_step", [False, True])
+def test_weights_that_differ_at_a_later_step_point_to_the_earliest_step(later_step):
+    """At L0, a GELU that differs at every step was named at step 0; steps 1 and 2 named the first layer's
+    weights (updated differently by step 0) with nothing pointing back (a new user's trial)."""
+    from msprobe_lite.compare.judge import _EARLIER_STEP, Judge, Verdict
+
+    verdict = Verdict()
+    Judge("statistics", later_step=later_step)._first_seen(
+        verdict, "Module.bn.BatchNorm2d.forward.0", 0.0, 1.9e-6, (0.0, "", False), 7.6e-5, None, False, 0)
+    assert verdict.first_seen and "its parameters differ by 7.6e-05" in verdict.reasons[0]
+    assert (_EARLIER_STEP in verdict.reasons[0]) is later_step
+
+
 def _train_gelu_mlp(path, **gelu_kwargs):
     """Three AdamW steps of a seeded MLP at L1 whose activation is `F.gelu(h, **gelu_kwargs)`."""
     torch.manual_seed(0)
