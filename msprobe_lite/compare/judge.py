@@ -64,8 +64,7 @@ ACROSS_RANKS_WEIGHTS = ("one rank of a distributed run: earlier steps updated th
                         "reaches them; see the other ranks' lines")
 _WEIGHTS_DIFFER = ("the weights are not the golden's (converted, loaded or initialised differently), or earlier "
                    "steps updated them differently")
-_EARLIER_STEP = ("at a step after the first, the usual cause: the earliest compared step's line names where the "
-                 "runs parted")
+_EARLIER_STEP = "at a step after the first, the earlier steps' updates are the usual cause: read the first step's line"
 _WEIGHT_ARGUMENT_DIFFERS = _WEIGHTS_DIFFER + (" (or, for an input made to require grad, the input data or code "
                                               "that is not recorded)")
 # why the gradients flowing into the step's first backward record differ more than the forward pass explains
