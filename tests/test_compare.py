@@ -617,10 +617,16 @@ def test_a_setting_that_is_not_a_number_is_named_though_drift_exceeds_its_output
 
     verdict = Verdict()
     Judge("statistics", later_step=True)._decide(verdict, {INPUT: [2.16e-4], OUTPUT: [1.15e-4]},
-                                                 {INPUT: {}, OUTPUT: {}}, 2.0 ** -23, [], False, math.inf)
+                                                 {INPUT: {}, OUTPUT: {}}, 2.0 ** -23, [], False, math.inf,
+                                                 setting=True)
     assert verdict.introduced and verdict.result == "error", verdict.reasons
     verdict = Verdict()  # the same setting difference with outputs that agree (a barrier's process group)
     Judge("statistics", later_step=True)._decide(verdict, {INPUT: [0.0], OUTPUT: [0.0]},
+                                                 {INPUT: {}, OUTPUT: {}}, 2.0 ** -23, [], False, math.inf,
+                                                 setting=True)
+    assert not verdict.introduced
+    verdict = Verdict()  # a number whose golden value is 0 also differs by inf: not a setting by that alone
+    Judge("statistics", later_step=True)._decide(verdict, {INPUT: [2.16e-4], OUTPUT: [1.15e-4]},
                                                  {INPUT: {}, OUTPUT: {}}, 2.0 ** -23, [], False, math.inf)
     assert not verdict.introduced
 

@@ -206,3 +206,14 @@ def test_a_mapping_fragment_written_as_a_module_for_a_mindspore_target_gets_the_
     pair = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out"), mapping=str(mapping), quiet=True).pairs[0]
     assert pair["mapping_unused"] == ["Module.fc1"] and pair["mapping_close"] == {"Module.fc1": "Cell.fc1"}
 
+
+def test_a_dtype_argument_is_the_same_in_both_spellings():
+    """`x.astype(ms.float32)` against `x.to(torch.float32)`: 'Float32' and 'torch.float32' read as a setting
+    that differs, and once the inputs drifted the cast was named as the first divergence (a review)."""
+    from msprobe_lite.compare.judge import _value
+
+    assert _value({"type": "mindspore.dtype", "value": "Float32"}) == _value({"type": "torch.dtype",
+                                                                            "value": "torch.float32"})
+    assert _value({"type": "mindspore.dtype", "value": "Float16"}) != _value({"type": "torch.dtype",
+                                                                            "value": "torch.float32"})
+

@@ -5,10 +5,10 @@ Rules (spec/compare.md), with inputs = args, kwargs, parameters and outputs = re
 - error: the call *introduced* the divergence:
   - its inputs agree and an output differs by more than the tolerance plus 10x the inputs' difference, and
     by more than 4 tolerances when the inputs are not exactly equal (a matmul turns drifted weights' 2e-7
-    into 5e-6 by rounding alone);
+    into 5e-6 by rounding alone), 64 at a step after the first (every weight drifted);
   - or a scalar argument differs by more than 10x its tensors do (a setting, not a value computed from
     drifted data) and an output by more than the inputs' difference plus the tolerance, however far the
-    inputs drifted;
+    inputs drifted; for a setting that is not a number (a string, a flag), an output beyond the tolerance;
   - or the spec's coarser rule: inputs within 0.1, an output beyond 0.5.
   "Agree" follows the dtypes compared: within 16 machine epsilons of the coarser dtype (so a 1e-4 change in
   one fp32 op is caught, while bf16 against fp32 is not called divergent everywhere);
@@ -129,8 +129,16 @@ def same_dtype(dtype: str) -> str:
 
 def _value(obj: dict):
     """What a non-tensor object holds: its value, a process group's ranks or a memory format's name (these
-    two have no "value")."""
-    return obj.get("value", obj.get("group_ranks", obj.get("format")))
+    two have no "value"). A dtype in one spelling for both frameworks (`Float32`, `torch.float32`)."""
+    value = obj.get("value", obj.get("group_ranks", obj.get("format")))
+    if isinstance(value, str) and str(obj.get("type", "")).endswith("dtype"):
+        return same_dtype(value)
+    return value
+
+
+def _a_setting(value) -> bool:
+    """A value that no drift of the data makes differ: not a number (`approximate="tanh"`), or a flag."""
+    return isinstance(value, bool) or not isinstance(value, (int, float))
 
 
 def _passed_by_one_run(t_only: list, g_only: list, arguments: list) -> bool:
@@ -297,6 +305,7 @@ class Judge:
         new_nonfinite = False
         arguments = []
         argument_err = 0.0   # the largest relative difference of a scalar argument (inf: not a number)
+        setting = False      # an argument that differs is a setting (a string, a flag), not a derived number
         t_only, g_only = [], []  # (suffix, row) of scalar arguments that one run passes and the other not
         inputs_size = 0.0    # the largest golden magnitude of the floating-point tensor inputs
         inputs_numel = 1     # the largest number of values among them
@@ -344,6 +353,7 @@ class Judge:
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
                                      f"{_value(t_row.obj)!r} vs {_value(g_row.obj)!r}")
                     argument_err = max(argument_err, err)
+                    setting = setting or _a_setting(_value(t_row.obj)) or _a_setting(_value(g_row.obj))
                     problems = []
                 if "_thousandth" in row:
                     extra[t_row.role].setdefault("thousandth", []).append(row.pop("_thousandth"))
@@ -395,7 +405,7 @@ class Judge:
                 floor = noise * math.sqrt(max(inputs_numel / max(numel(g_obj.get("shape")), 1), 1))  # values summed
                 if magnitude(g_obj) < floor and magnitude(t_obj) < floor and errs[OUTPUT][at] != math.inf:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
-        self._decide(verdict, errs, extra, eps, t_rows, new_nonfinite, argument_err, one_sided, missing)
+        self._decide(verdict, errs, extra, eps, t_rows, new_nonfinite, argument_err, one_sided, missing, setting)
         if explained is not None and not verdict.introduced and self.mode != "md5":
             self._first_seen(verdict, pair.target, explained, tol, (data_err, data_at, data_grad), param_err,
                              missing, gradients, unpaired)
@@ -494,7 +504,7 @@ class Judge:
             row["Result"], row["Err_message"], row["NPU_Stack_Info"] = result, own or message, stack
 
     def _decide(self, verdict, errs, extra, worst_eps, t_rows, new_nonfinite, argument_err=0.0,
-                one_sided=False, missing=None) -> None:
+                one_sided=False, missing=None, setting=False) -> None:
         """`argument_err`: the largest relative difference of a scalar argument (0: none differs; inf: one
         that is not a number, `approximate="tanh"`). `one_sided`: a scalar argument is passed by one run only."""
         tol = TOLERANCE_EPS * worst_eps if self.mode != "md5" else 0.0
@@ -537,7 +547,7 @@ class Judge:
         # inputs drifted (later steps), and this call is set up differently: by a value beyond what its drift
         # could explain, or by a setting that is not a number (`approximate="tanh"`), which no drift makes,
         # with outputs that differ beyond rounding
-        elif set_differently and (beyond or (argument_err == math.inf and out_err > tol)):
+        elif set_differently and (beyond or (setting and out_err > tol)):
             verdict.introduced = True
             verdict.raise_to(ERROR, f"introduced: a scalar argument differs and outputs differ by {_fmt(out_err)} "
                                     f"of their magnitude, inputs by {_fmt(in_err)}")
