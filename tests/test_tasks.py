@@ -479,6 +479,34 @@ def test_overflow_check_at_L0_does_not_name_gradients_that_came_in_with_their_ba
     assert result["first_nonfinite"]["name"] == "Module.fc2.Linear.forward.0"
 
 
+class _ReusedLayer(nn.Module):
+    """`fc` called twice, the second time on a tensor that holds Inf (made between modules)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.head = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = self.fc(x)
+        h = h.masked_fill(h > 0.5, float("inf"))
+        return self.head(self.fc(h)).sum()
+
+
+def test_overflow_check_judges_a_reused_layers_gradients_by_all_its_calls(tmp_path, capsys):
+    """Parameter gradients are summed over a module's calls: judged by call 0's forward and backward only,
+    the Inf that call 1's input brought was counted as the gradients' own (a review)."""
+    from msprobe_lite.compare.overflow import analyse
+
+    torch.manual_seed(0)
+    model, x = _ReusedLayer(), torch.randn(3, 4)
+    d = debugger(tmp_path, task="overflow_check", level="L0", overflow_check={"overflow_nums": -1})
+    once(d, lambda: model(x).backward(), model)
+    assert "produced NaN/Inf" not in capsys.readouterr().err
+    assert "Module.fc.Linear.forward.1" in data(tmp_path / "dump")   # written with the gradients it made
+    result = analyse(str(tmp_path / "dump" / "step0"), str(tmp_path / "out"), quiet=True)["ranks"][0]
+    assert result["first_overflow"] is None
+
+
 def test_overflow_check_names_a_weight_gradient_that_overflows_from_finite_gradients(tmp_path, capsys):
     """The loss scaling case: a weight's gradient (grad_out^T x) passes float32's range while the gradients
     flowing in and out stay finite; the parameter-gradient record is then the overflow."""

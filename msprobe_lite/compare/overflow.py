@@ -5,7 +5,7 @@ import json
 import math
 import os
 
-from ..core.naming import counterpart, params_grad_call
+from ..core.naming import params_grad_calls
 from ..core.writer import make_dirs, write_atomic
 from .metrics import finite
 from .read import DumpError, load_dump, place, resolve
@@ -23,14 +23,14 @@ def _finite_row(row) -> bool:
 
 def _made_from(dump, name: str, rows) -> list:
     """The rows a record's outputs are made from: its inputs. Parameter gradients have none of their own:
-    they are made of their call's backward input gradients and forward inputs (grad_out^T x), and that
-    backward's outputs must be finite too, or it is the record that made the NaN/Inf."""
-    backward = params_grad_call(name)
-    if backward is None:
+    they are made of each of their module's calls' backward input gradients and forward inputs
+    (grad_out^T x), and those backwards' outputs must be finite too, or a backward made the NaN/Inf."""
+    calls = params_grad_calls(name, dump.records)
+    if calls is None:
         return [r for r in rows if r.role == INPUT]
-    forward = counterpart(backward)
-    return [*(dump.rows(backward) if backward in dump.records else ()),
-            *(r for r in (dump.rows(forward) if forward in dump.records else ()) if r.role == INPUT)]
+    forwards, backwards = calls
+    return [*(r for n in backwards for r in dump.rows(n)),
+            *(r for n in forwards for r in dump.rows(n) if r.role == INPUT)]
 
 
 def first_overflow(dump) -> tuple:

@@ -25,14 +25,17 @@ def params_grad_record(kind: str, path: str, cls: str, index: int) -> str:
     return f"{kind}.{path}.{cls}.{PARAMS_GRAD}.{index}"
 
 
-def params_grad_call(name: str) -> str | None:
-    """The backward record of the module call whose parameter gradients `name` holds
-    (`Module.fc.Linear.parameters_grad.0` -> `Module.fc.Linear.backward.0`), None for another record. What
-    parameter gradients are made of is that backward's input gradients and its forward call's inputs."""
+def params_grad_calls(name: str, names) -> tuple:
+    """(forward records, backward records) among `names` of every call of the module whose parameter
+    gradients `name` holds (`Module.fc.Linear.parameters_grad.0`: `Module.fc.Linear.forward.N`,
+    `...backward.N`), or None for another record. Parameter gradients are summed over the module's calls, and
+    made of each call's forward inputs and backward input gradients (grad_out^T x for a linear layer)."""
     parts = name.split(".")
     if len(parts) < 3 or parts[-2] != PARAMS_GRAD:
         return None
-    return ".".join(parts[:-2] + [BACKWARD, parts[-1]])
+    owner = ".".join(parts[:-2])
+    forward, backward = f"{owner}.{FORWARD}.", f"{owner}.{BACKWARD}."
+    return [n for n in names if n.startswith(forward)], [n for n in names if n.startswith(backward)]
 
 
 def debug_record(name: str, index: int) -> str:

@@ -16,7 +16,7 @@ import weakref
 
 from . import writer
 from .filters import RecordFilter, matches_fragment
-from .naming import counterpart, params_grad_call
+from .naming import counterpart, params_grad_calls
 from .records import Record, all_finite, summaries_in
 from .safety import log, report_failure, report_unwritable, set_rank
 from .stacks import StackCollector
@@ -269,7 +269,8 @@ class Session:
             kept = {r.name for r in records if self._overflow_kept(r)}
             # parameter gradients are written with what they were made of, their call's forward and backward
             # records, as other calls with their inputs: the offline analysis reads them there
-            made_of = {n for name in kept if (b := params_grad_call(name)) for n in (b, counterpart(b))}
+            made_of = {n for name in kept for calls in [params_grad_calls(name, self.records) or ()]
+                       for names in calls for n in names}
             records = [r for r in records if r.name in kept or r.name in made_of]
         return records
 
@@ -303,17 +304,17 @@ class Session:
 
     def _own_overflow(self, name: str) -> bool:
         """Whether a record without inputs (parameter gradients, a save()) made its NaN/Inf itself. Parameter
-        gradients (grad_out^T x for a linear layer) are made of their call's backward input gradients and its
-        forward inputs: theirs only when both are finite, and the backward's own output too (else that
-        backward record is the one counted). Counted regardless, the gradients of the first layer that
-        backward reached took the overflow of an Inf made in the forward pass between modules (a new user's
-        trial)."""
-        backward = params_grad_call(name)
-        if backward is None:
+        gradients (grad_out^T x for a linear layer, summed over the module's calls) are made of each call's
+        backward input gradients and forward inputs: theirs only when all are finite, and the backwards'
+        outputs too (else a backward record is the one counted). Counted regardless, the gradients of the
+        first layer that backward reached took the overflow of an Inf made in the forward pass between
+        modules (a new user's trial)."""
+        calls = params_grad_calls(name, self.records)
+        if calls is None:
             return True
-        forward, backward = self.records.get(counterpart(backward)), self.records.get(backward)
-        return (backward is None or all_finite(backward.data)) and \
-            (forward is None or all(all_finite(v) for k, v in forward.data.items() if k != "output"))
+        forwards, backwards = calls
+        return all(all_finite(self.records[n].data) for n in backwards) and all(
+            all_finite(v) for n in forwards for k, v in self.records[n].data.items() if k != "output")
 
     def flush(self) -> None:
         """Write the current step if anything changed since the last write (one thread at a time; exit and
