@@ -385,9 +385,8 @@ def _known_keys(loc: Sequence[Union[int, str]]) -> str:
     # a setting of a task's block written at the top (`summary_mode` for `statistics.summary_mode`)
     blocks = [name for name, field in model.model_fields.items() if isinstance(field.annotation, type)
               and issubclass(field.annotation, BaseModel) and loc[-1] in field.annotation.model_fields]
-    hint = f"; did you mean {close[0]!r}?" if close else \
-        f"; {loc[-1]!r} is a setting of {' and '.join(map(repr, blocks))}: write it inside that block" if blocks \
-        else ""
+    hint = f"; {loc[-1]!r} is a setting of {' and '.join(map(repr, blocks))}: write it inside that block" \
+        if blocks else f"; did you mean {close[0]!r}?" if close else ""
     return "a known key: " + ", ".join(map(repr, keys)) + hint
 
 

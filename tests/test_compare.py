@@ -358,6 +358,9 @@ def test_folders_of_other_steps_or_ranks_are_compared_and_said(tmp_path):
     pairs = run(dump / "step1", dump / "step0", tmp_path / "out2").pairs
     assert [(p["step"], p["rank"], p["note"]) for p in pairs] == [
         (1, 0, "steps differ: target step 1, golden step 0")]
+    # what is not compared keeps its own step (the golden's leftover rank was said as of the target's step)
+    summary = run(dump / "step0", dump / "step1", tmp_path / "out4")
+    assert summary.not_compared == {"target": [], "golden": [{"step": 1, "rank": 1}]}
     (pair,) = run(dump / "step0" / "rank0", dump / "step1" / "rank0", tmp_path / "out3").pairs
     assert pair["note"] == "steps differ: target step 0, golden step 1"
 

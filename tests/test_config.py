@@ -165,11 +165,14 @@ def test_unknown_nested_key(tmp_path):
     assert problem.path == "tensor.summary_mode"
 
 
-def test_a_block_setting_written_at_the_top_says_its_block(tmp_path):
-    """`summary_mode` at the top level: the known keys were listed with no word of where it belongs (a trial)."""
-    (problem,) = error_of(tmp_path, {"summary_mode": "md5"}).problems
-    assert problem.path == "summary_mode"
-    assert problem.expected.endswith("; 'summary_mode' is a setting of 'statistics': write it inside that block")
+@pytest.mark.parametrize("key,block", [("summary_mode", "'statistics'"), ("overflow_nums", "'overflow_check'"),
+                                       ("tensor_list", "'statistics'"), ("scope", "'statistics' and 'tensor'")])
+def test_a_block_setting_written_at_the_top_says_its_block(tmp_path, key, block):
+    """`summary_mode` at the top level: the known keys were listed with no word of where it belongs (a trial);
+    `overflow_nums` got "did you mean 'overflow_check'?", which leads to a type error (a review)."""
+    (problem,) = error_of(tmp_path, {key: 1}).problems
+    assert problem.path == key
+    assert problem.expected.endswith(f"; {key!r} is a setting of {block}: write it inside that block")
 
 
 @pytest.mark.parametrize("config,path,meant", [({"level": "l1"}, "level", "L1"), ({"level": "MIX"}, "level", "mix"),

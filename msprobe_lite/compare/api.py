@@ -80,11 +80,11 @@ def _closest_fragments(fragments, names) -> dict:
     if not fragments:
         return {}
     heads = {".".join(parts[:i]) for parts in (n.split(".") for n in names) for i in range(2, len(parts) - 1)}
-    close = {f: difflib.get_close_matches(_kind_of(f, heads), heads, n=1, cutoff=0.6) for f in fragments}
+    close = {f: difflib.get_close_matches(_in_targets_kind(f, heads), heads, n=1, cutoff=0.6) for f in fragments}
     return {f: c[0] for f, c in close.items() if c}
 
 
-def _kind_of(fragment: str, heads) -> str:
+def _in_targets_kind(fragment: str, heads) -> str:
     """`fragment` with the module kind of the target's names: `Module.ln2` -> `Cell.ln2` for a MindSpore
     target, whose cells a PyTorch user writes as modules."""
     for mine, theirs in (("Module.", "Cell."), ("Cell.", "Module.")):
@@ -224,7 +224,17 @@ def _same_values(a, b) -> bool:
         return x == y
 
 
-def _then(first, second):
+def _row_tails(t_names, g_names) -> tuple:
+    """(target's, golden's) row-name translation across frameworks: the MindSpore side's names into
+    PyTorch's, the PyTorch side's keyword arguments into positions (see frameworks.Translation); (None, None)
+    within one framework."""
+    names = t_names or g_names
+    if names is None:
+        return None, None
+    return (names.row_tail, names.torch_row_tail) if t_names else (names.torch_row_tail, names.row_tail)
+
+
+def _compose(first, second):
     return lambda name: second(first(name))
 
 
@@ -323,7 +333,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     rename_t = (lambda n: t_names.record(rename(n))) if t_names else rename
     rename_g = g_names.record if g_names else _as_is
     if across:
-        rename_t, rename_g = _then(rename_t, namespace_free), _then(rename_g, namespace_free)
+        rename_t, rename_g = _compose(rename_t, namespace_free), _compose(rename_g, namespace_free)
     note, by_parent = _levels(target.level, golden.level)
     if _same_file(target.path, golden.path):  # everything passes, which proves nothing: most likely a slip
         note = "; ".join(filter(None, ["target and golden are the same dump", note]))
@@ -332,9 +342,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     _some_part_in_common(target, golden)
     pairs = pair_records(target, golden, rename_t, rename_g, by_parent, across)
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
-    t_tail = t_names.row_tail if t_names else g_names.torch_row_tail if g_names else None
-    g_tail = g_names.row_tail if g_names else t_names.torch_row_tail if t_names else None
-    judge = Judge(mode, _tensor_measurer(measured), t_tail, g_tail,
+    judge = Judge(mode, _tensor_measurer(measured), *_row_tails(t_names, g_names),
                   distributed=rank is not None, later_step=bool(step))
     inner = _inner_eps(pairs, target, golden)
     tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"

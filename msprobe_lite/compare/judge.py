@@ -58,13 +58,15 @@ ACROSS_RANKS = ("one rank of a distributed run: parameter gradients are read aft
                 "here first; see the other ranks' lines")
 ACROSS_RANKS_COLLECTIVE = ("one rank of a distributed run: a collective's result holds the other ranks' values, "
                            "so a difference made on another rank comes in here while this rank's inputs agree; "
-                           "see the other ranks' lines")
+                           "see the other ranks' lines (when every rank names this call, the collective itself "
+                           "differs)")
 ACROSS_RANKS_WEIGHTS = ("one rank of a distributed run: earlier steps updated the weights from gradients that "
                         "DDP's all-reduce (no record) averaged across ranks, so a difference made on another rank "
                         "reaches them; see the other ranks' lines")
 _WEIGHTS_DIFFER = ("the weights are not the golden's (converted, loaded or initialised differently), or earlier "
                    "steps updated them differently")
-_EARLIER_STEP = "at a step after the first, the earlier steps' updates are the usual cause: read the first step's line"
+_EARLIER_STEP = ("at a step after the first, the earlier steps' updates are the usual cause: compare the first step "
+                 "(step 0) and read its line")
 _WEIGHT_ARGUMENT_DIFFERS = _WEIGHTS_DIFFER + (" (or, for an input made to require grad, the input data or code "
                                               "that is not recorded)")
 # why the gradients flowing into the step's first backward record differ more than the forward pass explains

@@ -247,9 +247,11 @@ def pair_inputs(target: str, golden: str) -> tuple:
     named = all(os.path.isfile(p) or _data_file(p) for p in (target, golden))
     if len(t) == 1 and len(g) == 1 and (named or None in (t[0][1], g[0][1]) or t[0][1] == g[0][1]):
         return [(t[0][0], t[0][1], t[0][2], g[0][2])], {"target": [], "golden": []}
+    own_step = {}  # the golden's step of a key re-stepped below (for what is said as not compared)
     if len({s for s, _, _ in t}) == 1 and len({s for s, _, _ in g}) == 1 and t[0][0] != g[0][0]:
         # two step folders named, of different steps (a step of the target against another of the golden):
         # their ranks pair; compare's line notes that the steps differ
+        own_step = {(t[0][0], r): s for s, r, _ in g}
         g = [(t[0][0], r, p) for _, r, p in g]
     golden_by_key = {(s, r): p for s, r, p in g}
     alone_t, alone_g = _sole_ranks(t), _sole_ranks(g)
@@ -267,7 +269,7 @@ def pair_inputs(target: str, golden: str) -> tuple:
         raise DumpError(f"no step and rank in common between {target} ({_places(t)}) and {golden} ({_places(g)}): "
                         f"point both at the steps or rank folders to compare")
     left = {"target": [(s, r) for s, r, _ in t if (s, r) not in paired_t],
-            "golden": [(s, r) for s, r, _ in g if (s, r) not in paired]}
+            "golden": [(own_step.get((s, r), s), r) for s, r, _ in g if (s, r) not in paired]}
     return pairs, left
 
 

@@ -46,6 +46,7 @@ class Debugger:
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
         self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+        self._tag_rank()  # every rank of a job says the lines below: each says which it is
         for setting in self.config.unused_settings():
             log.warning("%s is set but task %s does not read it (each task reads its own block): it changes "
                         "nothing in this run", setting, self.config.task)
@@ -99,8 +100,14 @@ class Debugger:
 
     @guarded("start()")
     def _attach(self, model) -> None:
-        set_rank(self.session.rank_fn())  # what hooking says is tagged with the rank too
+        self._tag_rank()  # the process group may have come after the debugger
         self.modules.attach(model)
+
+    def _tag_rank(self) -> None:
+        try:
+            set_rank(self.current_rank())
+        except Exception:  # noqa: BLE001 - a tag of log lines: without it they are untagged, nothing more
+            pass
 
     @guarded("start()")
     def _start(self) -> None:

@@ -35,15 +35,15 @@ class _RankTag(logging.Filter):
         return True
 
 
+_rank_tag = _RankTag()
 log = logging.getLogger("msprobe_lite")
 if not log.handlers:
     _handler = _StderrHandler()
     _handler.setFormatter(logging.Formatter("[msprobe_lite%(rank_tag)s] %(levelname)s: %(message)s"))
+    _handler.addFilter(_rank_tag)  # on the handler: a record of a child logger that reaches it is tagged too
     log.addHandler(_handler)
     log.setLevel(logging.INFO)
     log.propagate = False
-_rank_tag = _RankTag()
-log.addFilter(_rank_tag)
 
 
 def set_rank(rank) -> None:
