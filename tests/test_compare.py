@@ -388,6 +388,24 @@ def test_gradients_that_enter_the_dump_already_different_are_said(tmp_path, leve
     assert pair["first_seen"] is None and pair["first_divergence"] is None
 
 
+def test_a_collective_that_differs_on_every_rank_is_said_across_ranks():
+    """Every rank's inputs agree and every rank's all_reduce result differs: each line said the difference
+    came from another rank, a circle (a review). The step's verdict across ranks names the collective."""
+    from msprobe_lite.compare.judge import ACROSS_RANKS_COLLECTIVE, across_ranks
+    from msprobe_lite.compare.report import across_ranks_line
+
+    def pair(rank):
+        return {"step": 0, "rank": rank, "first_divergence": {"name": "Distributed.all_reduce.0.forward",
+                                                               "reason": f"introduced: ...; {ACROSS_RANKS_COLLECTIVE}"}}
+    (verdict,) = across_ranks([pair(0), pair(1)])
+    assert verdict == {"step": 0, "parted": {}, "received": {0: "Distributed.all_reduce.0.forward",
+                                                             1: "Distributed.all_reduce.0.forward"}}
+    assert across_ranks_line(verdict) == ("[step 0] across ranks: every rank's difference comes in at "
+                                          "Distributed.all_reduce.0.forward while its inputs agree: the collective "
+                                          "itself differs")
+    assert across_ranks([pair(0)]) == [] and across_ranks([dict(pair(0), rank=None)]) == []
+
+
 def test_a_dump_compared_with_itself_is_said(tmp_path):
     """Every call passes, which proves nothing when both paths name one dump (a new user's slip)."""
     from msprobe_lite.compare.report import console_line

@@ -170,3 +170,7 @@ def test_compare_of_ddp_ranks_says_where_another_ranks_difference_comes_in(tmp_p
     assert changed["first_seen"]["name"] == "Module.0.Linear.forward.0", changed
     assert "(most in input.0)" in changed["first_seen"]["reason"]
     assert "distributed" not in changed["first_seen"]["reason"]  # step 0's input data: no all-reduce reaches it
+    # one verdict for the step across its ranks: where the runs parted, and who only received it
+    summary = compare(dumps["target"], dumps["golden"], str(tmp_path / "out2"), quiet=True)
+    assert summary.across_ranks == [{"step": 0, "parted": {1: "Module.0.Linear.forward.0"},
+                                     "received": {0: untouched["first_divergence"]["name"]}}]

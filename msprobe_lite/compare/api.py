@@ -14,7 +14,8 @@ from ..core.naming import counterpart
 from ..core.writer import write_atomic
 from . import report, tensors
 from .frameworks import namespace_free, translations
-from .judge import ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, Judge, record_eps
+from .judge import (ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, Judge, across_ranks,
+                    record_eps)
 from .metrics import eps_of
 from .pair import dtype_kind, is_module, pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs, place, resolve
@@ -35,9 +36,11 @@ class Summary:
     files: list = field(default_factory=list)
     # (step, rank) dumped by one side only, not compared: {"target": [{"step", "rank"}], "golden": [...]}
     not_compared: dict = field(default_factory=lambda: {"target": [], "golden": []})
+    across_ranks: list = field(default_factory=list)  # judge.across_ranks: where a distributed run parted
 
     def to_json(self) -> dict:
-        return {"mode": self.mode, "pairs": self.pairs, "not_compared": self.not_compared}
+        return {"mode": self.mode, "pairs": self.pairs, "not_compared": self.not_compared,
+                "across_ranks": self.across_ranks}
 
 
 def _mode(target, golden) -> str:
@@ -563,6 +566,9 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
         print(f"mapping: {said} matched no record name of the target (expected fragments of its names, such as "
               f"'Module.encoder_v2' in 'Module.encoder_v2.Linear.forward.0', 'Cell.encoder_v2' in a MindSpore "
               f"dump's): nothing was renamed by them")
+    summary.across_ranks = across_ranks(summary.pairs)
+    for verdict in summary.across_ranks if not quiet else ():
+        print(report.across_ranks_line(verdict))
     summary.not_compared = {side: [{"step": s, "rank": r} for s, r in places] for side, places in left.items()}
     for side, places in left.items():
         if places and not quiet:  # a step or rank of one side only: said, never dropped without a word

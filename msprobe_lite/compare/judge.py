@@ -576,6 +576,33 @@ class Judge:
                 verdict.raise_to(WARNING, f"cosine drops from {ci:.4f} (inputs) to {co:.4f} (outputs)")
 
 
+def across_ranks(pairs: list) -> list:
+    """One verdict per step of a distributed compare whose ranks' lines say a difference came from another
+    rank: which ranks name where the runs parted, and which only received it (DDP's all-reduce, a
+    collective). Reading it off the rank lines one by one was the user's job (a new user's DDP trial).
+    [{"step", "parted": {rank: name}, "received": {rank: name}}], in step order."""
+    by_step: dict = {}
+    for pair in pairs:
+        if pair["rank"] is not None:
+            by_step.setdefault(pair["step"], []).append(pair)
+    verdicts = []
+    for step, ranks in sorted(by_step.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        parted, received = {}, {}
+        for pair in ranks:
+            first = pair["first_divergence"]
+            if first and any(reason in first["reason"] for reason in (ACROSS_RANKS, ACROSS_RANKS_COLLECTIVE)):
+                received[pair["rank"]] = first["name"]
+                continue
+            seen = pair.get("first_seen")
+            named = first or pair.get("first_only_in_target") or pair.get("first_only_in_golden") or \
+                (seen if seen and ACROSS_RANKS_WEIGHTS not in seen["reason"] else None)
+            if named:
+                parted[pair["rank"]] = named["name"]
+        if len(ranks) > 1 and received:
+            verdicts.append({"step": step, "parted": parted, "received": received})
+    return verdicts
+
+
 def record_eps(*row_lists) -> float:
     """The coarsest machine epsilon among the dtypes of some rows (a record and its partner)."""
     return max((eps_of(r.dtype) for rows in row_lists for r in rows if r.is_tensor), default=0.0)

@@ -169,6 +169,22 @@ def console_line(pair: dict) -> str:
     return f"[{where}]{note} {head}; {counts}"
 
 
+def across_ranks_line(verdict: dict) -> str:
+    """The step's verdict across ranks (judge.across_ranks), in one line."""
+    parted, received = verdict["parted"], verdict["received"]
+    where = f"[step {verdict['step']}] across ranks: "
+    got = ", ".join(f"rank {r}" for r in sorted(received))
+    if parted:
+        made = "; ".join(f"rank {r} ({name})" for r, name in sorted(parted.items()))
+        return (f"{where}the runs parted on {made}; {got} only received the difference (DDP's all-reduce or a "
+                f"collective brought it)")
+    names = set(received.values())
+    if len(names) == 1 and next(iter(names)).startswith("Distributed."):
+        return (f"{where}every rank's difference comes in at {next(iter(names))} while its inputs agree: the "
+                f"collective itself differs")
+    return f"{where}{got} received a difference that no rank's line shows being made (a rank not compared?)"
+
+
 def at(found: dict) -> str:
     """` at File f, line n, in g: source` of a found call's innermost frame, or ""."""
     return f" at {found['stack'][0]}".replace(", \n ", ": ") if found.get("stack") else ""
