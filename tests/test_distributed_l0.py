@@ -174,3 +174,4 @@ def test_compare_of_ddp_ranks_says_where_another_ranks_difference_comes_in(tmp_p
     summary = compare(dumps["target"], dumps["golden"], str(tmp_path / "out2"), quiet=True)
     assert summary.across_ranks == [{"step": 0, "parted": {1: "Module.0.Linear.forward.0"},
                                      "received": {0: untouched["first_divergence"]["name"]}}]
+    assert "[step 0] across ranks: the runs parted on rank 1" in (tmp_path / "out2" / "report.html").read_text()

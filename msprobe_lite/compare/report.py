@@ -251,4 +251,7 @@ def write_html(path: str, summary: dict, details: list) -> None:
                 parts.append(f"<tr class='{result}'><td>{html.escape(module)}</td><td>{worst:.3g}</td>"
                              f"<td>{result}</td></tr>")
             parts.append("</table>")
+    if summary.get("across_ranks"):
+        parts.append("<h2>Across ranks</h2>" + "".join(f"<p>{html.escape(across_ranks_line(v))}</p>"
+                                                       for v in summary["across_ranks"]))
     write_atomic(path, "\n".join(parts))
