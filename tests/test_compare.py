@@ -1145,7 +1145,7 @@ def test_bf16_inputs_within_tolerance_and_an_output_three_times_as_far_is_a_warn
     assert verdict.reasons == ["amplified: outputs differ by 0.17 of their magnitude, inputs by 0.05"]
 
 
-def _train_transformer(path, steps=3, ln_eps=None, scale=None, gelu=None):
+def _train_transformer(path, steps=3, ln_eps=None, scale=None, gelu=None, bf16=False):
     """`steps` AdamW steps of the seeded transformer at mix, one planted change or none: by the later steps
     every weight has drifted between two runs that differ anywhere."""
     torch.manual_seed(0)
@@ -1161,7 +1161,8 @@ def _train_transformer(path, steps=3, ln_eps=None, scale=None, gelu=None):
     d = PrecisionDebugger(dump_path=str(path), task="statistics", level="mix")
     for _ in range(steps):
         d.start(model=model)
-        logits, _ = model(tokens)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits, _ = model(tokens)
         if scale is not None:
             logits = logits * scale
         logits.float().pow(2).mean().backward()
@@ -1231,24 +1232,8 @@ def test_an_optimizer_amplification_of_rounding_noise_is_not_the_lines_warning(t
     exact arithmetic, and Adam scales its rounding noise to a full step, so its update reads "amplified".
     The line named that optimizer call as its first warning, in the demo itself (a new user's trial). It
     stays a warning in the table."""
-    def dump(path, bf16):
-        torch.manual_seed(0)
-        model = TinyTransformer()
-        model.eval()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        tokens = torch.randint(0, 32, (2, 6), generator=torch.Generator().manual_seed(1))
-        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="mix")
-        d.start(model=model)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits, _ = model(tokens)
-        logits.float().pow(2).mean().backward()
-        opt.step()
-        opt.zero_grad()
-        d.stop()
-        d.step()
-        return path
-
-    (pair,) = run(dump(tmp_path / "t", True), dump(tmp_path / "g", False), tmp_path / "out").pairs
+    (pair,) = run(_train_transformer(tmp_path / "t", steps=1, bf16=True), _train_transformer(tmp_path / "g", steps=1),
+                  tmp_path / "out").pairs
     warned = {r["NPU Name"].split(".forward")[0] for r in csv.DictReader(open(pair["result_file"]))
               if r["Result"] == "warning"}
     assert warned and all(name.startswith("Tensor.addcmul_.") for name in warned), warned
