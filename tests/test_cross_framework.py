@@ -242,3 +242,16 @@ def test_a_copy_the_port_does_not_make_is_not_named_as_left_out(tmp_path, monkey
     pair = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out2"), quiet=True).pairs[0]
     assert pair["first_only_in_golden"]["name"] == "Tensor.div.0.forward"
 
+
+def test_an_argument_passed_by_keyword_meets_its_position_on_both_sides():
+    """PyTorch's keywords table made F.layer_norm's `weight=` position 2 on the PyTorch side only: a MindSpore
+    `mint.nn.functional.layer_norm(x, s, weight=w)` kept `.input.weight` and the two never met (a review)."""
+    from msprobe_lite.compare.frameworks import Translation
+
+    names = Translation()
+    torch_side = {names.torch_row_tail(t, "Functional.layer_norm.0.forward") for t in (".input.weight", ".input.2")}
+    assert torch_side == {".input.2"}
+    assert names.row_tail(".input.weight", "MintFunctional.layer_norm.0.forward") == ".input.2"
+    assert names.row_tail(".input.1", "Primitive.LayerNorm.0.forward") == ".input.2"   # gamma, by position
+    assert names.row_tail(".input.axis", "Functional.softmax.0.forward") == ".input.dim"
+

@@ -106,14 +106,16 @@ class Translation:
             parts[2] = self.params.get(parts[2], parts[2])
         elif len(parts) >= 3 and parts[1] == "input" and not parts[2].isdigit():
             parts[2] = self.arguments.get(parts[2], parts[2])
+            # a PyTorch-like API of MindSpore's (mint) passing `weight=` meets PyTorch's by position too
+            return self.torch_row_tail(".".join(parts), self.record(record)) if record else ".".join(parts)
         elif len(parts) >= 2 and not parts[1].isdigit() and parts[1] not in ("input", "output"):
             parts[1] = self.params.get(parts[1], parts[1])
         return ".".join(parts)
 
     def torch_row_tail(self, tail: str, record: str = "") -> str:
-        """The PyTorch side's row tail, met by `row_tail`: an argument of a `keywords` API passed by name is
+        """A row tail in PyTorch's names, met by `row_tail`: an argument of a `keywords` API passed by name is
         named by its position (`F.batch_norm(x, rm, rv, weight=w)`: `.input.weight` -> `.input.3`), as the
-        positions table speaks of positions."""
+        positions table speaks of positions and a call may pass it either way."""
         parts = tail.split(".")
         if len(parts) >= 3 and parts[1] == "input" and record.endswith(".forward"):
             table = self.keywords.get(".".join(record.split(".")[:-2]))
