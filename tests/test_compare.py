@@ -406,6 +406,34 @@ def test_a_collective_that_differs_on_every_rank_is_said_across_ranks():
     assert across_ranks([pair(0)]) == [] and across_ranks([dict(pair(0), rank=None)]) == []
 
 
+@pytest.mark.parametrize("scale,named", [(1.2, True), (1.0, False)])
+def test_a_wrong_weight_under_bf16_autocast_is_named_at_its_own_dtypes_tolerance(tmp_path, scale, named):
+    """A conv weight loaded 20 % off, in a target run under bf16 autocast: the fp32 weight was judged at the
+    call's bf16 tolerance and against the earlier outputs' bf16 drift, and read "pass" (a new user's trial).
+    At the first step the weights are the golden's or not, at their own dtype's tolerance."""
+    def dump(path, bf16, factor):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+                              nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 36, 4))
+        with torch.no_grad():
+            model[3].weight.mul_(factor)
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
+        d.start(model=model)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(1)))
+        out.float().pow(2).mean().backward()
+        d.stop()
+        d.step()
+        return path
+
+    (pair,) = run(dump(tmp_path / "t", True, scale), dump(tmp_path / "g", False, 1.0), tmp_path / "out").pairs
+    seen = pair["first_seen"]
+    if named:
+        assert seen["name"] == "Module.3.Conv2d.forward.0" and "its parameters differ by 0.2 " in seen["reason"]
+    else:  # bf16 alone: weights unchanged, nothing said of them
+        assert seen is None or "its parameters differ" not in seen["reason"], seen
+
+
 def test_a_dump_compared_with_itself_is_said(tmp_path):
     """Every call passes, which proves nothing when both paths name one dump (a new user's slip)."""
     from msprobe_lite.compare.report import console_line
@@ -660,7 +688,7 @@ def test_weights_that_differ_at_a_later_step_point_to_the_earliest_step(later_st
 
     verdict = Verdict()
     Judge("statistics", later_step=later_step)._first_seen(
-        verdict, "Module.bn.BatchNorm2d.forward.0", 0.0, 1.9e-6, (0.0, "", False), 7.6e-5, None, False, 0)
+        verdict, "Module.bn.BatchNorm2d.forward.0", 0.0, 1.9e-6, (0.0, "", False), (7.6e-5, 1.9e-6), None, False, 0)
     assert verdict.first_seen and "its parameters differ by 7.6e-05" in verdict.reasons[0]
     assert (_EARLIER_STEP in verdict.reasons[0]) is later_step
 

@@ -317,6 +317,7 @@ class Judge:
         data_grad = False    # whether that input requires grad in the golden run (an API call's weight)
         blind = []           # tensor inputs holding NaN/Inf in both runs: where they sit, statistics do not say
         param_err = 0.0      # the largest difference of the call's parameters (a module's weights)
+        param_eps = 0.0      # the coarsest epsilon of their dtypes (fp32 weights under bf16 autocast)
         outputs_size = 0.0   # the largest golden magnitude of the floating-point tensor outputs
         # the parts (input, output) each dump holds: a dump made with a `data_mode` filter has one only
         t_roles, g_roles = t_dump.roles(), g_dump.roles()
@@ -349,6 +350,7 @@ class Judge:
                             blind.append(suffix.lstrip("."))
                         if suffix.startswith(".parameters."):
                             param_err = max(param_err, err)
+                            param_eps = max(param_eps, eps_of(t_row.dtype), eps_of(g_row.dtype))
                         elif err >= data_err:
                             data_err, data_at, data_grad = err, suffix, g_row.obj.get("requires_grad") is True
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
@@ -409,8 +411,8 @@ class Judge:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
         self._decide(verdict, errs, extra, eps, t_rows, new_nonfinite, argument_err, one_sided, missing, setting)
         if explained is not None and not verdict.introduced and self.mode != "md5":
-            self._first_seen(verdict, pair.target, explained, tol, (data_err, data_at, data_grad), param_err,
-                             missing, gradients, unpaired)
+            self._first_seen(verdict, pair.target, explained, tol, (data_err, data_at, data_grad),
+                             (param_err, TOLERANCE_EPS * param_eps), missing, gradients, unpaired)
         if self.distributed and verdict.introduced and params_grad_owner(pair.target):
             verdict.raise_to(ERROR, ACROSS_RANKS)
         elif self.distributed and verdict.introduced and pair.target.startswith("Distributed.") and not argument_err:
@@ -426,7 +428,7 @@ class Judge:
         self._finish_rows(rows, row_problems, verdict, stack)
         return rows, verdict
 
-    def _first_seen(self, verdict, name, explained, tol, data, param_err, missing, gradients, unpaired) -> None:
+    def _first_seen(self, verdict, name, explained, tol, data, params, missing, gradients, unpaired) -> None:
         """Inputs that differ beyond what every earlier call's outputs (`explained`) explain: the runs parted
         before this call, in code that no record covers (at L0, what runs between modules), in the input data,
         or in earlier steps. Without it, an L0 compare of two runs that clearly differ read "9 pass, 0 error".
@@ -434,10 +436,15 @@ class Judge:
         initialised differently: the commonest porting bug), or earlier steps updated them differently. Its
         output differs as much, which its inputs explain, so without this a weight changed at step 0 read "all
         pass". `data`: (the largest difference of the inputs that are not parameters, its row suffix, whether
-        that input requires grad in the golden run)."""
+        that input requires grad in the golden run); `params`: (the largest difference of the parameters, the
+        tolerance of their dtypes). At the first step no update has moved the weights, and nothing computed
+        before explains them: they are judged at their own dtype's tolerance, not at the call's (bf16 under
+        autocast, where a weight loaded 20 % off passed) nor against earlier outputs' drift."""
         data_err, data_at, data_grad = data
+        param_err, param_tol = params
         floor = max(DRIFT_MARGIN * tol, AMPLIFICATION * explained)
-        if max(data_err, param_err) <= floor:
+        param_floor = floor if self.later_step or not param_tol else DRIFT_MARGIN * param_tol
+        if data_err <= floor and param_err <= param_floor:
             return
         inputs = data_err > floor
         # an API call's argument that requires grad, most likely a weight (data does not, and the outputs of
