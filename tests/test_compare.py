@@ -434,6 +434,36 @@ def test_a_wrong_weight_under_bf16_autocast_is_named_at_its_own_dtypes_tolerance
         assert seen is None or "its parameters differ" not in seen["reason"], seen
 
 
+class _Scaled(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.fc, self.scale = nn.Linear(4, 4), scale
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.scale != 1.0:
+            h = h * self.scale
+        return torch.tanh(h)
+
+
+def test_a_scoped_target_does_not_count_the_goldens_calls_before_its_range_as_unpaired(tmp_path):
+    """A mix target scoped to one block, against a whole golden: the golden's calls before the scope were
+    counted as "N earlier forward calls did not pair ... the difference may come from them", casting doubt on
+    a right answer (a new user's trial). Only calls after the first paired one count."""
+    def dump(path, scale, scope=None):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4), nn.Tanh(), _Scaled(scale))
+        config = {"level": "mix", **({"statistics": {"scope": scope}} if scope else {})}
+        return dump_step(path, model, torch.randn(3, 4), **config)
+
+    scope = ["Module.4.fc.Linear.forward.0", "Module.4._Scaled.forward.0"]
+    (pair,) = run(dump(tmp_path / "t", 1.01, scope), dump(tmp_path / "g", 1.0), tmp_path / "out").pairs
+    assert pair["first_only_in_target"]["name"] == "Tensor.mul.0.forward"
+    seen = pair["first_seen"]
+    assert seen["name"] == "Torch.tanh.2.forward", seen   # its input is the extra call's output
+    assert "; 1 earlier forward call did not pair with a call of the other run" in seen["reason"], seen
+
+
 def test_a_dump_compared_with_itself_is_said(tmp_path):
     """Every call passes, which proves nothing when both paths name one dump (a new user's slip)."""
     from msprobe_lite.compare.report import console_line

@@ -419,7 +419,9 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         if direction in out_seen and verdict.result != UNMATCHED:
             out_seen[direction] = max(out_seen[direction], verdict.out_err)
             in_seen[direction] = max(in_seen[direction], verdict.in_err)
-        unpaired_before += lone
+        # a golden-only call before the first paired one is outside a scoped target's range, not a call the
+        # target left out: "38 earlier forward calls did not pair" cast doubt on a scoped compare's answer
+        unpaired_before += lone and (pair.target is not None or paired_forward > 0)
         if direction == "backward":  # its module's parameter gradients come after it
             size, count, eps = grad_inputs.get(base, NO_GRAD_INPUTS)
             grad_inputs[base] = (max(size, verdict.inputs_size), max(count, verdict.inputs_numel),
