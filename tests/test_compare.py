@@ -464,6 +464,36 @@ def test_a_scoped_target_does_not_count_the_goldens_calls_before_its_range_as_un
     assert "; 1 earlier forward call did not pair with a call of the other run" in seen["reason"], seen
 
 
+@pytest.mark.parametrize("cast", ["one", "all"])
+def test_a_layer_cast_on_its_own_is_said(tmp_path, cast):
+    """One layer left in another dtype (a stray `.half()`, a `.to()` that missed it) under bf16 autocast: its
+    parameters' dtype differed from the golden's and nothing said so (a new user's trial). Said when most
+    modules keep theirs; a whole model cast is the precision under test."""
+    def dump(path, bf16):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
+        if bf16:
+            for layer in (model[2],) if cast == "one" else (model[0], model[2], model[4]):
+                layer.to(torch.bfloat16)
+        d = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
+        d.start(model=model)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(torch.randn(3, 4, generator=torch.Generator().manual_seed(1)))
+        out.float().pow(2).mean().backward()
+        d.stop()
+        d.step()
+        return path
+
+    (pair,) = run(dump(tmp_path / "t", True), dump(tmp_path / "g", False), tmp_path / "out").pairs
+    said = [p for p in (pair["first_warning"], pair["first_seen"], pair["first_divergence"])
+            if p and "of another dtype than the golden's" in p["reason"]]
+    if cast == "one":
+        assert said and said[0]["name"] == "Module.2.Linear.forward.0", pair
+        assert "(bias torch.bfloat16 / torch.float32, weight torch.bfloat16 / torch.float32)" in said[0]["reason"]
+    else:
+        assert not said, said
+
+
 def test_a_dump_compared_with_itself_is_said(tmp_path):
     """Every call passes, which proves nothing when both paths name one dump (a new user's slip)."""
     from msprobe_lite.compare.report import console_line

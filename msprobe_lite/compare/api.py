@@ -15,7 +15,7 @@ from ..core.writer import write_atomic
 from . import report, tensors
 from .frameworks import namespace_free, translations
 from .judge import (ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, Judge, across_ranks,
-                    record_eps)
+                    record_eps, same_dtype)
 from .metrics import eps_of
 from .pair import dtype_kind, is_module, pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs, place, resolve
@@ -237,6 +237,26 @@ def _row_tails(t_names, g_names) -> tuple:
     return (names.row_tail, names.torch_row_tail) if t_names else (names.torch_row_tail, names.row_tail)
 
 
+def _odd_parameter_dtypes(pairs, target, golden) -> dict:
+    """{module record: "weight torch.float16 / torch.float32", ...} for the few modules whose parameters are of
+    another dtype than the golden's while most modules' keep theirs: one layer cast on its own (`.half()`, a
+    `.to()` that missed it). A whole model cast (bf16 weights against fp32) is the precision under test, and
+    under autocast the parameters keep their dtype: neither is said."""
+    differing, same = {}, 0
+    for pair in pairs:
+        if not (pair.target and pair.golden and is_module(pair.target) and split_name(pair.target)[1] == "forward"):
+            continue
+        t_params = {r.name[len(pair.target):]: r.dtype for r in target.rows(pair.target) if ".parameters." in r.name}
+        g_params = {r.name[len(pair.golden):]: r.dtype for r in golden.rows(pair.golden) if ".parameters." in r.name}
+        odd = [f"{tail.rsplit('.', 1)[-1]} {t_params[tail]} / {g_params[tail]}" for tail in sorted(t_params)
+               if tail in g_params and same_dtype(t_params[tail]) != same_dtype(g_params[tail])]
+        if odd:
+            differing[pair.target] = ", ".join(odd)
+        elif t_params:
+            same += 1
+    return differing if len(differing) < same else {}
+
+
 def _compose(first, second):
     return lambda name: second(first(name))
 
@@ -346,7 +366,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     pairs = pair_records(target, golden, rename_t, rename_g, by_parent, across)
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
     judge = Judge(mode, _tensor_measurer(measured), *_row_tails(t_names, g_names),
-                  distributed=rank is not None, later_step=bool(step))
+                  distributed=rank is not None, later_step=bool(step),
+                  odd_dtypes={} if across else _odd_parameter_dtypes(pairs, target, golden))
     inner = _inner_eps(pairs, target, golden)
     tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"
     csv_path = os.path.join(output_dir, f"compare_result_{tag}_{timestamp}.csv")

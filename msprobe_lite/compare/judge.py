@@ -183,8 +183,10 @@ class Judge:
     """Measures and judges record pairs in one mode (statistics, md5, tensor)."""
 
     def __init__(self, mode: str, measure=None, tail=None, golden_tail=None, distributed: bool = False,
-                 later_step: bool = False):
+                 later_step: bool = False, odd_dtypes=None):
         self.mode = mode
+        # module record -> its parameters of another dtype than the golden's, where most modules' keep theirs
+        self.odd_dtypes = odd_dtypes or {}
         self.distributed = distributed  # one rank of several: its parameter gradients hold the others' too
         self.later_step = later_step    # past step 0: weights were updated from such gradients
         # row names after their record, in one naming for both sides (`.parameters.gamma` of a MindSpore
@@ -425,6 +427,10 @@ class Judge:
                                     f"{'it' if one else 'them'}")
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
+        if pair.target in self.odd_dtypes:
+            verdict.raise_to(WARNING, f"its parameters are of another dtype than the golden's "
+                                      f"({self.odd_dtypes[pair.target]}) while most modules' keep theirs: a layer "
+                                      f"cast on its own (.half(), a .to() that missed it)")
         self._finish_rows(rows, row_problems, verdict, stack)
         return rows, verdict
 
