@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import sys
 
@@ -254,4 +255,17 @@ def test_an_argument_passed_by_keyword_meets_its_position_on_both_sides():
     assert names.row_tail(".input.weight", "MintFunctional.layer_norm.0.forward") == ".input.2"
     assert names.row_tail(".input.1", "Primitive.LayerNorm.0.forward") == ".input.2"   # gamma, by position
     assert names.row_tail(".input.axis", "Functional.softmax.0.forward") == ".input.dim"
+
+
+@pytest.mark.parametrize("text,expected", [("positions: {Primitive.BatchNorm: [0, -1]}", "lists of argument positions"),
+                                           ("keywords: {Functional.batch_norm: {weight: x}}", "argument name -> position"),
+                                           ("apis: {Primitive.Dense: 3}", "names (strings)")])
+def test_a_mapping_file_with_a_bad_section_is_named(tmp_path, text, expected):
+    from msprobe_lite.compare.frameworks import NameMapError, load_names
+
+    path = tmp_path / "map.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(NameMapError, match=re.escape(f"{path}:") + " section '.*' must map names to .*"
+                       + re.escape(expected)):
+        load_names(str(path))
 

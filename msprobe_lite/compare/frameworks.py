@@ -20,6 +20,20 @@ _NUMBERED = ("forward", "backward", "parameters_grad")
 TORCH_BOOKKEEPING = ("num_batches_tracked",)
 
 
+def _position(i) -> bool:
+    return type(i) is int and i >= 0
+
+
+# what each section maps a name to: (check, in words for the error); the others map names to names
+_NAME_VALUES = (lambda v: isinstance(v, str), "names (strings)")
+_SECTION_VALUES = {
+    "positions": (lambda v: isinstance(v, list) and all(map(_position, v)),
+                  "lists of argument positions (integers >= 0)"),
+    "keywords": (lambda v: isinstance(v, dict) and all(isinstance(n, str) and _position(i) for n, i in v.items()),
+                 "tables of argument name -> position (an integer >= 0)"),
+}
+
+
 class NameMapError(ValueError):
     """A mapping file that is not a mapping of the known sections to name -> name tables (positions: name ->
     list of argument positions)."""
@@ -41,22 +55,9 @@ def load_names(path: str = MAPPING) -> dict:
     names = {}
     for section in _SECTIONS:
         table = content.get(section) or {}
-        if section == "positions":
-            if not isinstance(table, dict) or not all(
-                    isinstance(k, str) and isinstance(v, list) and all(type(i) is int and i >= 0 for i in v)
-                    for k, v in table.items()):
-                raise NameMapError(f"{path}: section 'positions' must map API names to lists of argument positions "
-                                   f"(integers >= 0)")
-        elif section == "keywords":
-            if not isinstance(table, dict) or not all(
-                    isinstance(k, str) and isinstance(v, dict) and all(
-                        isinstance(n, str) and type(i) is int and i >= 0 for n, i in v.items())
-                    for k, v in table.items()):
-                raise NameMapError(f"{path}: section 'keywords' must map API names to tables of argument name -> "
-                                   f"position (an integer >= 0)")
-        elif not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                    for k, v in table.items()):
-            raise NameMapError(f"{path}: section {section!r} must map names to names (strings)")
+        value_ok, expected = _SECTION_VALUES.get(section, _NAME_VALUES)
+        if not isinstance(table, dict) or not all(isinstance(k, str) and value_ok(v) for k, v in table.items()):
+            raise NameMapError(f"{path}: section {section!r} must map names to {expected}")
         names[section] = dict(table)
     return names
 

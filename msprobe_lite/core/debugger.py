@@ -91,6 +91,7 @@ class Debugger:
         """Begin (or resume) collecting for the current step. Hooks are installed once per model."""
         if self.session.finished:
             return
+        self._tag_rank()  # the process group may have come after the debugger
         if self.config.level in MODULE_LEVELS:
             if model is None:
                 raise ValueError(f"level {self.config.level!r} dumps modules: call start(model=your_model)")
@@ -100,7 +101,6 @@ class Debugger:
 
     @guarded("start()")
     def _attach(self, model) -> None:
-        self._tag_rank()  # the process group may have come after the debugger
         self.modules.attach(model)
 
     def _tag_rank(self) -> None:

@@ -18,7 +18,7 @@ from . import writer
 from .filters import RecordFilter, matches_fragment
 from .naming import counterpart, params_grad_calls
 from .records import Record, all_finite, summaries_in
-from .safety import log, report_failure, report_unwritable, set_rank
+from .safety import log, report_failure, report_unwritable
 from .stacks import StackCollector
 
 
@@ -156,7 +156,6 @@ class Session:
         if self.finished:
             return False
         self.rank = self.rank_fn()
-        set_rank(self.rank)
         if not (self.step_selected() and self._rank_selected()):
             self.forward_on = self.step_open = False
             return False
