@@ -6,6 +6,9 @@ import dataclasses
 import gc
 import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import torch
@@ -834,3 +837,63 @@ def test_infinities_without_nan_are_read_in_c_as_the_python_route_reads_them(mon
     assert fast.encode(scores).stats == (float(finite.max()), float("-inf"), float("-inf"), float("inf"))
     high, low, mean, norm = fast.encode(both).stats
     assert (high, low, norm) == (float("inf"), float("-inf"), float("inf")) and math.isnan(mean)
+
+
+# -- the team: large tensors read by PyTorch's OpenMP threads with the caller -------------------------------------
+def _team_cases():
+    g = np.random.default_rng(21)
+    flat = (g.standard_normal(1 << 20) * 3 + 0.5).astype(np.float32)
+    bf16 = torch.from_numpy(flat).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    # lengths around the 16384-value pieces; rows shorter than a piece, and rows longer than one
+    for n in (16383, 16384, 16385, 3 * 16384 + 7, 300_001, 1 << 20):
+        yield flat[:n], "float32", 0, 0
+        yield flat[:n].astype(np.float64), "float64", 0, 0
+        yield bf16[:n], "bfloat16", 0, 0
+    yield flat[: 2047 * 512 + 200], "float32", 200, 512  # 2048 rows of 200 every 512
+    yield flat[: 2 * 40000 + 20000], "float32", 20000, 40000  # rows longer than a piece
+    yield flat[: 999 * 768 + 256], "float32", 256, 768  # q of a qkv split: rows of 256 every 768
+
+
+def test_the_team_reads_the_same_numbers_as_one_thread():
+    """The pieces' sums are added in one order whoever reads them: a golden run on 8 threads and a target on 2
+    (or 1) get the same statistics from the same values, to the last bit."""
+    from msprobe_lite.core._fast_stats import stats, team_threads
+
+    threads = torch.get_num_threads()
+    try:
+        if threads > 1:  # this machine has two cores: the team is PyTorch's two OpenMP threads
+            assert team_threads() == threads
+        for values, kind, run, stride in _team_cases():
+            alone = stats(values, kind, run, stride)
+            assert stats(values, kind, run, stride, True) == alone, (kind, len(values), run)
+            torch.set_num_threads(1)
+            assert team_threads() == 1 and stats(values, kind, run, stride, True) == alone
+            torch.set_num_threads(threads)
+            wide = values.astype(np.float64) if kind != "bfloat16" else \
+                torch.from_numpy(values.view(np.int16)).view(torch.bfloat16).double().numpy()
+            if run:
+                rows = (len(values) - run) // stride + 1
+                wide = np.lib.stride_tricks.as_strided(wide, (rows, run), (stride * 8, 8)).ravel()
+            want = (wide.max(), wide.min(), wide.mean(), math.sqrt((wide * wide).sum()))
+            assert alone[:2] == want[:2]
+            for got, w in zip(alone[2:], want[2:]):
+                assert math.isclose(got, w, rel_tol=1e-12 if kind == "float64" else 2e-5), (kind, got, w)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_forked_child_reads_alone():
+    """An OpenMP pool does not survive a fork (PyTorch's own parallel operators hang in such a child): the
+    kernel's child reads large tensors with its own thread and returns."""
+    script = (
+        "import os, torch, numpy as np\n"
+        "from msprobe_lite.core._fast_stats import stats, team_threads\n"
+        "a = np.arange(1 << 20, dtype=np.float32)\n"
+        "before = stats(a, 'float32', 0, 0, True)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if team_threads() == 1 and stats(a, 'float32', 0, 0, True) == before else 5)\n"
+        "print(os.waitpid(pid, 0)[1])\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["0"], out.stderr

@@ -8,12 +8,17 @@
 
 #define FAST_STATS_CAPSULE "msprobe_lite.core._fast_stats._C_API"
 
+/* one_pass() flags. STATS_MAY_RELEASE: release the GIL for large inputs, safe only when no other thread can
+   free or resize the memory meanwhile. STATS_TEAM: let the OpenMP threads already in the process (PyTorch's)
+   read large inputs with the caller, which keeps the GIL; the numbers do not depend on it. */
+#define STATS_MAY_RELEASE 1
+#define STATS_TEAM 2
+
 typedef struct {
     /* Max, Min, Mean, Norm into `out`; 1 when the values are all finite, 0 when not. kind: 0 float32,
-       1 float64, 2 bfloat16 (raw 2-byte items). Called with the GIL held; with `may_release` it releases it
-       for large inputs, which is safe only when no other thread can free or resize the memory meanwhile. */
+       1 float64, 2 bfloat16 (raw 2-byte items). Called with the GIL held; `flags` as above. */
     int (*one_pass)(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride, int kind,
-                    int may_release, double out[4]);
+                    int flags, double out[4]);
     /* A new Stats (see _fast_stats.c) holding `values`; NULL with an exception set on failure. */
     PyObject *(*new_stats)(const double values[4]);
     /* The Stats type, for readers that take its doubles directly (core/_fast_json.c). */

@@ -487,7 +487,7 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
                                    : bool_stats((const char *)data, rows, run, stride);
     } else {
         double out[4];
-        if (STATS->one_pass((const char *)data, rows, run, stride, (int)code, 0, out))
+        if (STATS->one_pass((const char *)data, rows, run, stride, (int)code, STATS_TEAM, out))
             stats = STATS->new_stats(out); /* one object, not five (see Stats in core/_fast_stats.c) */
         else /* NaN, or a float32 lane sum that overflowed: the library route's rules */
             stats = infinite_stats((const char *)data, (int)code, rows, run, stride, out);

@@ -126,14 +126,14 @@ def _one_pass_stats(t: torch.Tensor, kind: str, read_as, dtype):
     """The C kernel over the tensor's values, read in place where their layout allows (see `_kernel_input`),
     or None when the values are not all finite."""
     if read_as is None and t.dtype is dtype and t.is_contiguous():  # the usual case: one call gives the view
-        return one_pass(t.numpy(force=True).ravel(), kind)
+        return one_pass(t.numpy(force=True).ravel(), kind, 0, 0, True)
     t = t.detach()
     if t.is_neg():  # a lazy negation: the values, not their bits, before any view
         t = t.resolve_neg()
     values, run, stride = _kernel_input(t, dtype)
     if read_as is not None:
         values = values.view(read_as)
-    return one_pass(values.numpy(), kind, run, stride)
+    return one_pass(values.numpy(), kind, run, stride, True)
 
 
 def _cpu_stats(t: torch.Tensor) -> tuple:
