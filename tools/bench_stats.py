@@ -19,7 +19,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from msprobe_lite.core._fast_stats import stats, team_threads  # noqa: E402
+from msprobe_lite.core._fast_stats import stats, team  # noqa: E402
 
 
 def median_us(fn, repeat: int) -> float:
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=400, help="runs per median (fewer for large tensors)")
     args = parser.parse_args(argv)
-    print(f"torch threads {torch.get_num_threads()}, team threads {team_threads()}")
+    print(f"torch threads {torch.get_num_threads()}, team threads {team(True)[0]}")
     print(f"{'tensor':>10}  alone / team (µs), one pair per round")
     for kb in args.sizes_kb:
         x = torch.randn(kb * 256)

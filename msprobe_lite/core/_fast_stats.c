@@ -153,37 +153,44 @@ SCALED(scaled_bf16, uint16_t, LOAD_BF16)
 static const char *KINDS[] = {"float32", "float64", "bfloat16"};
 static const Py_ssize_t ITEM_SIZES[] = {4, 8, 2};
 
-/* Pieces: a tensor longer than PIECE values is read as pieces of PIECE values (rows of a strided tensor: as
-   many whole rows as fit), each summed on its own, the pieces' sums then added in order. The grouping of
-   the additions depends only on the tensor's shape, so the statistics are the same to the last bit whether
-   one thread reads the pieces or several do (see the team below). PIECE is a multiple of BLOCK, so a
-   contiguous piece's lane sums move into double where the whole tensor's would. */
+/* Pieces: a tensor is read as pieces of at most PIECE values (a row longer than PIECE as pieces of it; shorter
+   rows as many whole rows as fit in one piece), each summed on its own, the pieces' sums then added in order.
+   The grouping of the additions depends only on the tensor's layout, so the statistics are the same to the
+   last bit whether one thread reads the pieces or several do (see the team below). PIECE is a multiple of
+   BLOCK, so a piece of one row moves its lane sums into double where the whole row's would. */
 #define PIECE (4 * BLOCK)
 
 typedef struct {
     const char *base;
-    Py_ssize_t rows, run, stride, per; /* per: values (one row) or rows per piece */
+    Py_ssize_t rows, run, stride;
+    Py_ssize_t per;   /* rows per piece (rows shorter than PIECE), or 0: pieces of PIECE values of one row */
+    Py_ssize_t cuts;  /* pieces per row when per is 0 */
     int kind;
 } job_t;
 
 static Py_ssize_t pieces_of(job_t *job) {
-    if (job->rows == 1) {
-        job->per = PIECE;
-        return (job->run + PIECE - 1) / PIECE;
+    if (job->rows <= 0 || job->run <= 0)
+        return 0;
+    if (job->run >= PIECE) {
+        job->per = 0;
+        job->cuts = (job->run + PIECE - 1) / PIECE;
+        return job->rows * job->cuts;
     }
-    job->per = job->run >= PIECE ? 1 : PIECE / job->run;
+    job->per = PIECE / job->run;
     return (job->rows + job->per - 1) / job->per;
 }
 
 static void one_piece(const job_t *job, Py_ssize_t i, stats_t *out) {
-    Py_ssize_t first = i * job->per, item = ITEM_SIZES[job->kind];
+    Py_ssize_t item = ITEM_SIZES[job->kind];
     const char *base;
     Py_ssize_t rows, run;
-    if (job->rows == 1) {
-        base = job->base + first * item;
+    if (job->per == 0) { /* piece i % cuts of row i / cuts */
+        Py_ssize_t row = i / job->cuts, start = (i % job->cuts) * PIECE;
+        base = job->base + (row * job->stride + start) * item;
         rows = 1;
-        run = job->run - first < job->per ? job->run - first : job->per;
+        run = job->run - start < PIECE ? job->run - start : PIECE;
     } else {
+        Py_ssize_t first = i * job->per;
         base = job->base + first * job->stride * item;
         rows = job->rows - first < job->per ? job->rows - first : job->per;
         run = job->run;
@@ -207,13 +214,18 @@ static void add_piece(stats_t *total, const stats_t *piece, int first) {
     total->squares += piece->squares;
 }
 
-/* The team: the OpenMP threads of the runtime already in the process (PyTorch's CPU operators run on them),
-   found by name and borrowed through the GOMP entry point that libgomp, LLVM's libomp and Intel's libiomp5
-   all export. Why borrow: a large tensor is read faster by two cores than by one (this VM: 7.4 GB/s on one,
-   14.6 GB/s on two for 128 MB), the threads are already there and usually still spinning from PyTorch's last
-   operator, and each reads the part of the tensor that its core wrote when PyTorch split the operator the same
-   way. Nothing is linked: where no runtime is loaded, or after a fork (an OpenMP pool does not survive
-   one), the pieces are read by the calling thread alone. */
+/* The team: the OpenMP threads PyTorch's CPU operators run on, borrowed through the GOMP entry point that
+   libgomp, LLVM's libomp and Intel's libiomp5 all export. Why: a large tensor is read faster by two cores
+   than by one (this VM: 7.4 GB/s on one, 14.6 GB/s on two for 128 MB), the threads are already there and
+   usually still spinning from PyTorch's last operator, and each reads the part of the tensor its core wrote
+   when PyTorch split the operator that made it (see TEAM_FROM). Nothing is linked: the runtime is the one
+   PyTorch's CPU library resolves (looked up through that library, so a second runtime in the process is
+   never taken). Only the thread that claimed the team last (the debugger's training thread, at each
+   start()) borrows it: another thread would get an OpenMP pool of its own, sized by its own setting. The
+   calling thread reads alone where PyTorch is not loaded, before any claim, in other threads, and in a
+   forked child (an OpenMP pool does not survive a fork; see pthread_atfork in PyInit). Known gap: a child forked
+   before this module was imported, from a process whose PyTorch operators already ran on several threads,
+   waits forever on its first large tensor, as PyTorch's own operators wait there. */
 #if defined(__unix__) || defined(__APPLE__)
 #include <dlfcn.h>
 #include <pthread.h>
@@ -227,7 +239,11 @@ static void add_piece(stats_t *total, const stats_t *piece, int first) {
 typedef struct {
     void (*parallel)(void (*)(void *), void *, unsigned, unsigned);
     int (*max_threads)(void), (*thread_num)(void), (*num_threads)(void);
-    int state; /* 0 not found yet, 1 found, -1 never (a forked child) */
+    int state; /* 0 not looked for, 1 found, -1 none (or a forked child) */
+    long reads; /* large reads the team shared, for the tests */
+#ifdef HAVE_TEAM
+    pthread_t owner; /* the thread that claimed it last: the only one that borrows it */
+#endif
 } team_t;
 static team_t TEAM;
 
@@ -247,35 +263,37 @@ static void team_member(void *arg) {
 #ifdef HAVE_TEAM
 static void team_forked(void) { TEAM.state = -1; }
 
-/* Looked for until found: a caller may ask before the framework that loads the runtime is imported. */
+/* Once, with the GIL held: the OpenMP runtime of PyTorch's CPU library, if that library is loaded. */
 static void find_team(void) {
-    static const char *NAMES[] = {"libgomp.so.1", "libomp.so", "libiomp5.so", "libomp.dylib", "libiomp5.dylib"};
+    static const char *NAMES[] = {"libtorch_cpu.so", "libtorch_cpu.dylib"};
+    TEAM.state = -1;
     for (size_t k = 0; k < sizeof NAMES / sizeof NAMES[0]; k++) {
         void *lib = dlopen(NAMES[k], RTLD_LAZY | RTLD_NOLOAD); /* only one already loaded */
         if (lib == NULL)
             continue;
+        /* dlsym through a library's handle searches it and its dependencies: PyTorch's runtime */
         *(void **)&TEAM.parallel = dlsym(lib, "GOMP_parallel");
         *(void **)&TEAM.max_threads = dlsym(lib, "omp_get_max_threads");
         *(void **)&TEAM.thread_num = dlsym(lib, "omp_get_thread_num");
         *(void **)&TEAM.num_threads = dlsym(lib, "omp_get_num_threads");
+        dlclose(lib); /* the NOLOAD reference: the library stays, PyTorch holds it */
         if (TEAM.parallel && TEAM.max_threads && TEAM.thread_num && TEAM.num_threads) {
             TEAM.state = 1;
             return;
         }
+        TEAM.parallel = NULL;
+        TEAM.max_threads = TEAM.thread_num = TEAM.num_threads = NULL;
     }
 }
 #endif
 
-/* How many of the team's threads to read `pieces` pieces of `values` values with: 1 = the caller alone. */
+/* How many of the team's threads to read `pieces` pieces of `values` values with: 1 = the caller alone.
+   Called with the GIL held (TEAM is shared). */
 static int team_size(Py_ssize_t pieces, Py_ssize_t values) {
 #ifdef HAVE_TEAM
-    if (pieces < 2 || values < TEAM_FROM || TEAM.state < 0)
+    if (pieces < 2 || values < TEAM_FROM || TEAM.state != 1 || !pthread_equal(TEAM.owner, pthread_self()))
         return 1;
-    if (TEAM.state == 0)
-        find_team();
-    if (TEAM.state != 1)
-        return 1;
-    int n = TEAM.max_threads();
+    int n = TEAM.max_threads(); /* PyTorch's intra-op threads: torch.set_num_threads() sets it */
     return n < 2 ? 1 : (n > pieces ? (int)pieces : n);
 #else
     (void)pieces;
@@ -292,12 +310,16 @@ static void all_pieces(const job_t *job, Py_ssize_t pieces, int threads, stats_t
     if (out != NULL) {
         team_job_t work = {job, pieces, out};
         TEAM.parallel(team_member, &work, (unsigned)threads, 0);
+        TEAM.reads++;
         for (Py_ssize_t i = 0; i < pieces; i++)
             add_piece(total, &out[i], i == 0);
         if (out != local)
             PyMem_RawFree(out);
         return;
     }
+    total->max = -INFINITY; /* no values (only from a C caller): not finite, as the kernels leave it */
+    total->min = INFINITY;
+    total->sum = total->squares = 0.0;
     for (Py_ssize_t i = 0; i < pieces; i++) {
         stats_t piece;
         one_piece(job, i, &piece);
@@ -315,7 +337,7 @@ static int one_pass(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_
                     int flags, double out[4]) {
     stats_t r;
     Py_ssize_t bytes = rows * run * ITEM_SIZES[kind];
-    job_t job = {base, rows, run, stride, 0, kind};
+    job_t job = {base, rows, run, stride, 0, 0, kind};
     Py_ssize_t pieces = pieces_of(&job);
     int threads = flags & STATS_TEAM ? team_size(pieces, rows * run) : 1; /* with the GIL: TEAM is shared */
     int release = (flags & STATS_MAY_RELEASE) && bytes >= RELEASE_GIL_FROM;
@@ -385,10 +407,18 @@ static PyObject *stats(PyObject *self, PyObject *args) {
     return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
 }
 
-static PyObject *team_threads(PyObject *self, PyObject *unused) {
+static PyObject *team_info(PyObject *self, PyObject *args) {
     (void)self;
-    (void)unused;
-    return PyLong_FromLong(team_size(PY_SSIZE_T_MAX, PY_SSIZE_T_MAX));
+    int claim = 0;
+    if (!PyArg_ParseTuple(args, "|p:team", &claim))
+        return NULL;
+#ifdef HAVE_TEAM
+    if (claim && TEAM.state == 0)
+        find_team();
+    if (claim && TEAM.state == 1)
+        TEAM.owner = pthread_self();
+#endif
+    return Py_BuildValue("(il)", team_size(PY_SSIZE_T_MAX, PY_SSIZE_T_MAX), TEAM.reads);
 }
 
 /* Stats: a summary's (Max, Min, Mean, Norm) as one object holding four doubles, read like the tuple it
@@ -531,9 +561,10 @@ static PyMethodDef METHODS[] = {
      "With run and stride, the values are rows of `run` items starting every `stride` items (a slice of a "
      "wider tensor); the items between rows are not read. With team, a large buffer is read by the OpenMP "
      "threads already in the process too (the numbers are the same to the last bit)."},
-    {"team_threads", team_threads, METH_NOARGS,
-     "team_threads() -> how many threads read a large buffer with team=True from this thread now: the OpenMP "
-     "threads already in the process (PyTorch's), or 1 when there are none (or after a fork)."},
+    {"team", team_info, METH_VARARGS,
+     "team(claim=False) -> (threads, reads): how many threads read a large buffer with team=True from this "
+     "thread now (PyTorch's OpenMP threads with it, or 1: alone), and how many reads the team has shared so "
+     "far. With claim, this thread becomes the one that borrows PyTorch's threads (when PyTorch is loaded)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_stats",

@@ -111,8 +111,10 @@ class Debugger:
 
     @guarded("start()")
     def _start(self) -> None:
-        if self.session.start() and self.apis is not None:
-            self.apis.activate()
+        if self.session.start():
+            self.summarizer.started()
+            if self.apis is not None:
+                self.apis.activate()
 
     @guarded("stop()")
     def stop(self) -> None:

@@ -112,6 +112,10 @@ class Summarizer:
     def _resolve_device(self) -> None:
         """Fetch whatever statistics still live on a device (one batch per step)."""
 
+    def started(self) -> None:
+        """At start(), on the thread that will record: an adapter may prepare that thread (PyTorch's lends
+        its OpenMP threads to the statistics kernel there)."""
+
     # -- the step's end --------------------------------------------------------------------------------------
     def resolve(self) -> None:
         """Before the step is written: fetch pending device values, queue deferred files."""

@@ -16,7 +16,8 @@ import torch
 from zlib_ng import zlib_ng
 
 from ..core.records import NO_STATS, SHAPES, PendingStats, TensorSummary, canonical_shape
-from ..core.statistics import FLOAT32_SQUARES, FLOAT64_SQUARES, KERNEL_KINDS, norm_in_range, one_pass, scaled_norm
+from ..core.statistics import (FLOAT32_SQUARES, FLOAT64_SQUARES, KERNEL_KINDS, kernel_team, norm_in_range, one_pass,
+                               scaled_norm)
 from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
 from ..core.values import MAX_DEPTH, ValueEncoder
@@ -320,6 +321,12 @@ class TorchSummarizer(Summarizer):
     # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
     # recorded by the API capture nor pay its per-call overhead.
     quiet = staticmethod(torch._C.DisableTorchFunction)
+
+    def started(self) -> None:
+        """The training thread borrows PyTorch's OpenMP threads to read large CPU tensors (core/_fast_stats.c):
+        claimed at each start(), so it is the thread that records, whichever that is."""
+        if kernel_team is not None:
+            kernel_team(True)
 
     @staticmethod
     def version(t):
