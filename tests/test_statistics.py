@@ -941,6 +941,15 @@ def test_other_threads_read_alone():
         thread.start()
         thread.join(60)
         assert seen == [(1, stats(a, "float32", 0, 0, True))]
+        # a thread that claimed and ended: a thread started after it (glibc may give it the same pthread_t)
+        # has not claimed
+        claimer = threading.Thread(target=lambda: team(True))
+        claimer.start()
+        claimer.join(60)
+        later = threading.Thread(target=lambda: seen.append(team()[0]))
+        later.start()
+        later.join(60)
+        assert seen[1:] == [1] and team()[0] == 1  # and the main thread's claim was taken over
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")

@@ -241,11 +241,14 @@ typedef struct {
     int (*max_threads)(void), (*thread_num)(void), (*num_threads)(void);
     int state; /* 0 not looked for, 1 found, -1 none (or a forked child) */
     long reads; /* large reads the team shared, for the tests */
-#ifdef HAVE_TEAM
-    pthread_t owner; /* the thread that claimed it last: the only one that borrows it */
-#endif
+    long claims; /* team(True) calls so far: the last one's number is the owner's */
 } team_t;
 static team_t TEAM;
+#ifdef HAVE_TEAM
+/* The number of this thread's last claim (0: never). A thread's own copy, so a thread started later (which
+   may get a dead claimer's pthread_t) never matches; written and read with the GIL held. */
+static _Thread_local long MY_CLAIM;
+#endif
 
 typedef struct {
     const job_t *job;
@@ -291,7 +294,7 @@ static void find_team(void) {
    Called with the GIL held (TEAM is shared). */
 static int team_size(Py_ssize_t pieces, Py_ssize_t values) {
 #ifdef HAVE_TEAM
-    if (pieces < 2 || values < TEAM_FROM || TEAM.state != 1 || !pthread_equal(TEAM.owner, pthread_self()))
+    if (pieces < 2 || values < TEAM_FROM || TEAM.state != 1 || MY_CLAIM != TEAM.claims)
         return 1;
     int n = TEAM.max_threads(); /* PyTorch's intra-op threads: torch.set_num_threads() sets it */
     return n < 2 ? 1 : (n > pieces ? (int)pieces : n);
@@ -340,7 +343,8 @@ static int one_pass(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_
     job_t job = {base, rows, run, stride, 0, 0, kind};
     Py_ssize_t pieces = pieces_of(&job);
     int threads = flags & STATS_TEAM ? team_size(pieces, rows * run) : 1; /* with the GIL: TEAM is shared */
-    int release = (flags & STATS_MAY_RELEASE) && bytes >= RELEASE_GIL_FROM;
+    /* the GIL stays held while the team reads: no Python runs, no other thread claims the team meanwhile */
+    int release = (flags & STATS_MAY_RELEASE) && bytes >= RELEASE_GIL_FROM && threads == 1;
     PyThreadState *state = release ? PyEval_SaveThread() : NULL;
     all_pieces(&job, pieces, threads, &r);
     double norm = sqrt(r.squares);
@@ -416,7 +420,7 @@ static PyObject *team_info(PyObject *self, PyObject *args) {
     if (claim && TEAM.state == 0)
         find_team();
     if (claim && TEAM.state == 1)
-        TEAM.owner = pthread_self();
+        MY_CLAIM = ++TEAM.claims;
 #endif
     return Py_BuildValue("(il)", team_size(PY_SSIZE_T_MAX, PY_SSIZE_T_MAX), TEAM.reads);
 }
