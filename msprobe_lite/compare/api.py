@@ -246,8 +246,7 @@ def _odd_parameter_dtypes(pairs, target, golden) -> dict:
     for pair in pairs:
         if not (pair.target and pair.golden and is_module(pair.target) and split_name(pair.target)[1] == "forward"):
             continue
-        t_params = {r.name[len(pair.target):]: r.dtype for r in target.rows(pair.target) if ".parameters." in r.name}
-        g_params = {r.name[len(pair.golden):]: r.dtype for r in golden.rows(pair.golden) if ".parameters." in r.name}
+        t_params, g_params = _parameter_dtypes(target, pair.target), _parameter_dtypes(golden, pair.golden)
         odd = [f"{tail.rsplit('.', 1)[-1]} {t_params[tail]} / {g_params[tail]}" for tail in sorted(t_params)
                if tail in g_params and same_dtype(t_params[tail]) != same_dtype(g_params[tail])]
         if odd:
@@ -255,6 +254,11 @@ def _odd_parameter_dtypes(pairs, target, golden) -> dict:
         elif t_params:
             same += 1
     return differing if len(differing) < same else {}
+
+
+def _parameter_dtypes(dump, name: str) -> dict:
+    """{row tail after the record (`.parameters.weight`): dtype} of a module record's parameters."""
+    return {r.name[len(name):]: r.dtype for r in dump.rows(name) if ".parameters." in r.name}
 
 
 def _compose(first, second):

@@ -51,6 +51,9 @@ ONE_FRAMEWORKS_ARGUMENT = "an argument of the %s's framework only"
 # across frameworks, a tensor of one side only: MindSpore's LayerNorm and BatchNorm return their batch statistics
 # beside the result, PyTorch's layer_norm and batch_norm the result alone
 ONE_FRAMEWORKS_VALUE = "a value of the %s's framework only"
+# problems that are a row's own result (unmatched), not its call's: these three, and a row of one side only
+_ROWS_OWN = tuple(template.split("%s")[0] for template in (NOT_DUMPED, ONE_FRAMEWORKS_ARGUMENT, ONE_FRAMEWORKS_VALUE))
+_ROW_ONLY = "row only in "
 # a rank's parameter gradients are read after the backward pass, once DDP (or the user's all-reduce) has
 # combined them across ranks: a rank that computed the same gradients as its golden gets another rank's difference
 ACROSS_RANKS = ("one rank of a distributed run: parameter gradients are read after the backward pass, when DDP's "
@@ -209,7 +212,7 @@ class Judge:
         if g_row is not None:
             out["Bench Name"], out["Bench Dtype"], out["Bench Tensor Shape"] = g_row.name, g_row.dtype, g_row.shape
         if t_row is None or g_row is None:
-            return out, 0.0, [f"row only in {'golden' if t_row is None else 'target'}"]
+            return out, 0.0, [_ROW_ONLY + ("golden" if t_row is None else "target")]
         t, g = t_row.obj, g_row.obj
         if self.mode != "md5":
             for columns, obj in ((_NPU_STATS, t), (_BENCH_STATS, g)):
@@ -507,10 +510,9 @@ class Judge:
             for p in problems:
                 severity = ERROR if p.startswith(("shape", "dtype", "target output has NaN", "tensor files",
                                                   MD5_DIFFERS)) \
-                    else UNMATCHED if p.startswith(("row only", "not dumped", "an argument of", "a value of")) \
-                    else WARNING
+                    else UNMATCHED if p.startswith((_ROW_ONLY, *_ROWS_OWN)) else WARNING
                 result = _worse(result, severity)
-                if p.startswith(("not dumped", "an argument of", "a value of")):  # the row's own, not the call's
+                if p.startswith(_ROWS_OWN):  # the row's own result, not the call's
                     own = p
                 elif p not in verdict.reasons:
                     verdict.raise_to(ERROR if severity == ERROR else WARNING, p)
