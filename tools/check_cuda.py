@@ -1,0 +1,155 @@
+"""The checks that need a GPU, as one short run: training on CUDA with the debugger is bitwise that without it
+(eager and torch.compile, L0/L1/mix, synchronous and async_dump), and the dumped statistics of CUDA tensors are
+those computed apart in float64.
+
+    python tools/check_cuda.py            # exits 0 when every check holds, 1 when one fails, 2 without CUDA
+
+CI has no GPU: this is run by hand on a machine that has one (docs/performance.md says when it last ran).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import traceback
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from msprobe_lite.pytorch import PrecisionDebugger  # noqa: E402
+
+DEV = os.environ.get("CHECK_DEVICE", "cuda")  # CHECK_DEVICE=cpu runs the same checks on the CPU (to try the script)
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.ln(x)).chunk(3, dim=-1)
+        x = x + self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        return x + self.mlp(x)
+
+
+class Net(nn.Module):
+    def __init__(self, vocab=128, d=64, layers=2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList([Block(d) for _ in range(layers)])
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def train(steps, debugger=None, compiled=False, dtype=torch.float32):
+    torch.manual_seed(0)
+    model = Net().to(DEV, dtype)
+    run = torch.compile(model) if compiled else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    tokens = torch.randint(0, 128, (4, 32), device=DEV)
+    losses = []
+    for _ in range(steps):
+        if debugger is not None:
+            debugger.start(model=run)
+        logits = run(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if debugger is not None:
+            debugger.stop()
+            debugger.step()
+        losses.append(loss.detach().clone())
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def same(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a[0], b[0])) and all(torch.equal(a[1][n], b[1][n]) for n in a[1])
+
+
+def check_bitwise(results, tmp):
+    for compiled in (False, True):
+        base = train(3, compiled=compiled)
+        for level in ("L0", "L1", "mix"):
+            for async_dump in (False, True) if not compiled else (False,):
+                name = f"bitwise {'compiled' if compiled else 'eager'} {level}{' async_dump' if async_dump else ''}"
+                path = os.path.join(tmp, name.replace(" ", "_"))
+                cfg = os.path.join(tmp, name.replace(" ", "_") + ".json")
+                with open(cfg, "w") as f:
+                    json.dump({"task": "statistics", "dump_path": path, "level": level, "async_dump": async_dump}, f)
+                results[name] = same(base, train(3, PrecisionDebugger(cfg), compiled=compiled))
+
+
+def stats64(t):
+    """Max, Min, Mean, Norm in float64, and the tensor's RMS: the scale a Mean near 0 is measured against."""
+    t = t.detach().double().cpu()
+    return [t.max().item(), t.min().item(), t.mean().item(), t.norm().item()], t.norm().item() / t.numel() ** 0.5
+
+
+def check_statistics(results, tmp):
+    """Each Linear's forward output, captured by a hook of this script, against the dump's record of that call."""
+    for dtype, tol in ((torch.float32, 1e-6), (torch.bfloat16, 1e-6)):
+        for async_dump in (False, True):
+            name = f"statistics {str(dtype)[6:]}{' async_dump' if async_dump else ''}"
+            path = os.path.join(tmp, name.replace(" ", "_"))
+            seen = {}
+            torch.manual_seed(0)
+            model = Net().to(DEV, dtype)
+            def keep(name):
+                def hook(module, args, output):
+                    seen.setdefault(name, stats64(output))  # returns None: the output stays the model's
+                return hook
+            for mod_name, mod in model.named_modules():
+                if isinstance(mod, nn.Linear):
+                    mod.register_forward_hook(keep(mod_name))
+            cfg = path + ".json"
+            with open(cfg, "w") as f:
+                json.dump({"task": "statistics", "dump_path": path, "level": "L0", "async_dump": async_dump}, f)
+            debugger = PrecisionDebugger(cfg)
+            debugger.start(model=model)
+            model(torch.randint(0, 128, (4, 31), device=DEV)).float().sum().backward()
+            debugger.stop()
+            debugger.step()
+            with open(os.path.join(path, "step0", "rank", "dump.json")) as f:
+                data = json.load(f)["data"]
+            worst = 0.0
+            for mod_name, (want, rms) in seen.items():
+                key = next(k for k in data if k.startswith(f"Module.{mod_name}.Linear.forward."))
+                got = [data[key]["output"][0][s] for s in ("Max", "Min", "Mean", "Norm")]
+                worst = max(worst, max(abs(g - w) / max(abs(w), rms) for g, w in zip(got, want)))
+            results[name] = worst <= tol and len(seen) == sum(isinstance(m, nn.Linear) for m in model.modules())
+            print(f"  {name}: {len(seen)} Linear outputs, worst relative difference {worst:.3g}")
+
+
+def main() -> int:
+    if DEV == "cuda" and not torch.cuda.is_available():
+        print("check_cuda: no CUDA device", file=sys.stderr)
+        return 2
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name() if DEV == 'cuda' else DEV}")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for check in (check_statistics, check_bitwise):
+            try:
+                check(results, tmp)
+            except Exception:  # noqa: BLE001 - report every check, then fail
+                traceback.print_exc()
+                results[check.__name__] = False
+    for name, ok in results.items():
+        print(f"{'ok  ' if ok else 'FAIL'} {name}")
+    return 0 if results and all(results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
