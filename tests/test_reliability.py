@@ -24,7 +24,7 @@ import torch
 from helpers import data, load
 from models import make, train
 
-from msprobe_lite.core import safety, session as session_module
+from msprobe_lite.core import exits, safety, session as session_module
 from msprobe_lite.pytorch import PrecisionDebugger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -382,12 +382,12 @@ def test_a_step_folder_is_made_ahead_and_gone_when_nothing_was_written(tmp_path)
     assert sorted(p.name for p in (tmp_path / "step1" / "rank").iterdir()) == [
         "construct.json", "dump.json", "stack.json"]    # written through the files opened ahead
     d.start()                                           # the process ends in a step that recorded nothing
-    session_module._flush_all()
+    exits.flush_all()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step1"]
     d.stop()                                            # (the process goes on here: capture off again)
 
 
-def test_what_is_made_ahead_is_removed_only_when_it_was_ours(tmp_path):
+def test_what_is_made_ahead_is_removed_only_when_it_was_ours(tmp_path, monkeypatch):
     """An empty step folder that existed before (the user's, an earlier run's) stays; a link planted at a
     temporary name made ahead is removed, never written through; a flush held by another thread makes the
     exit path give up instead of racing it."""
@@ -427,7 +427,8 @@ def test_what_is_made_ahead_is_removed_only_when_it_was_ours(tmp_path):
     holder = threading.Thread(target=hold)
     holder.start()
     held.wait(10)
-    session_module._flush_all()                         # gives up: another thread is writing
+    monkeypatch.setattr(session_module, "EXIT_WAIT_S", 0.2)
+    exits.flush_all()                                   # waits EXIT_WAIT_S, then gives up: another thread writes
     release.set()
     holder.join()
     d.stop()
@@ -473,7 +474,7 @@ def test_a_forked_child_never_records_or_writes(tmp_path):
             torch.sinh(torch.ones(2))
             d.stop()
             d.step()
-            session_module._flush_all()
+            exits.flush_all()
             os.kill(os.getpid(), signal.SIGTERM)
         finally:
             os._exit(3)

@@ -1,20 +1,17 @@
 """The state of one debugging run: which step, whether collecting, call counters, records, stacks, hierarchy.
 
 Adapters call into a Session from their hooks; the session owns the decisions (is this step and rank
-selected, is this record wanted) and hands finished steps to the writer. It also makes sure that what was
-collected survives the end of the process: at exit (including after an uncaught exception) and on SIGTERM,
-every live session writes what it holds. A forked child (a DataLoader worker) inherits the sessions but never
-records or writes through them: only the process that created a session writes its dump.
+selected, is this record wanted) and hands finished steps to the writer. What was
+collected survives the end of the process (exits.py: at exit and on SIGTERM every live session writes what it
+holds). A forked child (a DataLoader worker) inherits the sessions but never records or writes through them:
+only the process that created a session writes its dump.
 """
 from __future__ import annotations
 
-import atexit
 import os
-import signal
 import threading
-import weakref
 
-from . import writer
+from . import exits, writer
 from .filters import RecordFilter, matches_fragment
 from .naming import counterpart, params_grad_calls
 from .records import Record, all_finite, summaries_in
@@ -36,6 +33,9 @@ def name_examples(framework: str, level: str) -> str:
     if level == "L0":
         return f"such as {module}; an L0 dump has no API records, L1 and mix have"
     return f"such as {api} or {module}"
+
+
+EXIT_WAIT_S = 10.0  # how long the exit path waits for another thread's write of a session
 
 
 class Session:
@@ -77,7 +77,7 @@ class Session:
         self._said_filters: set = set()   # unmatched scope/list, said once a run
         self.overflows = 0                 # overflow_check: overflowing calls written so far (all steps)
         self._reset_step()
-        _register(self)
+        exits.register(self)
 
     # -- per-step state -------------------------------------------------------------------------------------
     def _reset_step(self) -> None:
@@ -176,8 +176,9 @@ class Session:
     def next_step(self) -> None:
         """Write the step, then move on; past the last listed step the session finishes for good."""
         self.forward_on = False
-        self.flush()
-        self.prepared.discard()
+        with exits.writing():  # a SIGTERM meanwhile is handled once the step's files are settled
+            self.flush()
+            self.prepared.discard()
         if self.step_open:
             self._say_unmatched_filters()
             if self.config.level == "debug" and not self.records and not self._said_no_save:
@@ -317,8 +318,10 @@ class Session:
 
     def flush(self) -> None:
         """Write the current step if anything changed since the last write (one thread at a time; exit and
-        signal paths go through `write_on_exit`, which does not wait for the lock)."""
-        with self._lock:
+        signal paths go through `write_on_exit`, which waits for the lock a bounded time). A SIGTERM that
+        arrives meanwhile is handled once the write is done (exits.writing): cut short, the write would leave
+        its temporary file, and the handler's own write would make a second one."""
+        with exits.writing(), self._lock:
             if not self.dirty:
                 return
             try:
@@ -368,10 +371,10 @@ class Session:
         self.orphan_files = []
 
     def write_on_exit(self) -> None:
-        """At exit and on SIGTERM: write what the step holds, and remove what was made ahead for nothing.
-        Gives up rather than wait for a flush running on another thread. (A flush of this thread that the
-        signal interrupted does not stop it: the lock is reentrant, and this write is the complete one.)"""
-        if not self._lock.acquire(False):
+        """At exit and on SIGTERM's default action: write what the step holds, and remove what was made ahead
+        for nothing. A flush running on another thread (training off the main thread) is the step's write: it
+        is waited for, EXIT_WAIT_S at most (that thread might wait for something the interrupted one holds)."""
+        if not self._lock.acquire(timeout=EXIT_WAIT_S):
             return
         with _Released(self._lock):
             self.forward_on = False  # the debugger's own work from here on is not a user call
@@ -397,52 +400,22 @@ class _Released:
 
     def __enter__(self):
         return self
+    def write_so_far(self) -> None:
+        """On SIGTERM with a handler of the user's: the step so far on disk, in case that handler ends the
+        process, and nothing made ahead left behind; recording goes on, and the step's end writes it whole.
+        A step recorded by another thread is left to it: writing it here would race its hooks."""
+        if self.step_open and self.thread != threading.get_ident():
+            return
+        if not self._lock.acquire(False):
+            return
+        with _Released(self._lock):
+            recording, self.forward_on = self.forward_on, False  # the write's own calls are not the user's
+            try:
+                self.flush()
+                self.prepared.discard()
+            finally:
+                self.forward_on = recording
+
 
     def __exit__(self, *exc):
         self.lock.release()
-
-
-# -- keeping what was collected when the process ends ----------------------------------------------------------
-_live: "weakref.WeakSet[Session]" = weakref.WeakSet()
-_guard_installed = False
-
-
-def _flush_all() -> None:
-    for session in list(_live):
-        if session.step_open or session.dirty:
-            session.write_on_exit()
-
-
-def _on_sigterm(signum, frame, previous=None):
-    _flush_all()
-    if callable(previous):
-        previous(signum, frame)
-    elif previous != signal.SIG_IGN:
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-
-def _forked_child() -> None:
-    for session in list(_live):
-        session.disown()
-    _live.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked_child)
-
-
-def _register(session: Session) -> None:
-    """Track a live session; the first one installs the exit and SIGTERM guards."""
-    global _guard_installed
-    _live.add(session)
-    if _guard_installed:
-        return
-    _guard_installed = True
-    atexit.register(_flush_all)
-    if threading.current_thread() is threading.main_thread():
-        try:
-            previous = signal.getsignal(signal.SIGTERM)
-            signal.signal(signal.SIGTERM, lambda s, f: _on_sigterm(s, f, previous))
-        except (ValueError, OSError) as exc:  # embedded interpreters may refuse
-            log.warning("cannot watch SIGTERM (%s): a terminated run loses its current step", exc)

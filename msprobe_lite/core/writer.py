@@ -54,11 +54,28 @@ def write_atomic(path: str, text: str, opened=None) -> None:
 
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _pid = os.getpid()
+_temporary: set = set()  # this process's temporary files not yet renamed or removed: none may outlive it
 
 
 def _forked() -> None:
-    global _pid
+    global _pid, _temporary
     _pid = os.getpid()
+    _temporary = set()  # the parent's temporary files are the parent's
+
+
+def remove_temporary_files() -> None:
+    """On the way out (exit, SIGTERM), after the sessions wrote what they hold: no temporary file of this
+    process stays. A write still running on another thread then fails; the process is ending anyway."""
+    for tmp in list(_temporary):
+        _remove(tmp)
+
+
+def _remove(tmp: str) -> None:
+    _temporary.discard(tmp)
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
 
 
 if hasattr(os, "register_at_fork"):
@@ -74,12 +91,15 @@ def _open_new(tmp: str) -> int:
     """A new file at `tmp`. O_EXCL: never opened through a link planted at that name, never shared with
     another writer; a leftover (a crash mid-write) is replaced, a removed folder is made again."""
     try:
-        return os.open(tmp, _TMP_FLAGS, FILE_MODE)
+        fd = os.open(tmp, _TMP_FLAGS, FILE_MODE)
     except FileExistsError:
         os.unlink(tmp)  # removes a link itself, never what it points to
+        fd = os.open(tmp, _TMP_FLAGS, FILE_MODE)
     except FileNotFoundError:
         make_dirs(os.path.dirname(tmp) or ".")  # the dump folder was deleted while running
-    return os.open(tmp, _TMP_FLAGS, FILE_MODE)
+        fd = os.open(tmp, _TMP_FLAGS, FILE_MODE)
+    _temporary.add(tmp)
+    return fd
 
 
 def write_bytes_atomic(path: str, data) -> None:
@@ -110,11 +130,9 @@ def write_chunks_atomic(path: str, chunks, opened=None) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
+        _temporary.discard(tmp)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(tmp)
         raise
 
 
@@ -328,11 +346,11 @@ class Prepared:
 def _close_and_remove(tmp: str, fd: int) -> None:
     """Close a temporary file made ahead and remove its name: `unlink` removes a link planted there
     itself, never what it points to, so it is safe when the name is no longer ours either."""
-    for step in (lambda: os.close(fd), lambda: os.unlink(tmp)):
-        try:
-            step()
-        except OSError:
-            pass
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    _remove(tmp)
 
 
 def json_lines(mapping: dict) -> str:
