@@ -7,6 +7,7 @@ adapter is used.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 __version__ = "0.1.0"
@@ -57,8 +58,10 @@ class PrecisionDebugger:
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None, framework=None):
         from .config import load_config
 
-        load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)  # errors now
-        self._args = (config_path, task, dump_path, level, step)
+        config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)  # errors now
+        # the adapter is made later: fixed here, so that an os.chdir before start() moves neither the file nor the dump
+        config_path = None if config_path is None else os.path.abspath(config_path)
+        self._args = (config_path, task, config.dump_path, level, step)
         self._debugger = None
 
     def _chosen(self, model=None):

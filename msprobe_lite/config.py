@@ -26,6 +26,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 from pydantic_core import core_schema
 
 from .core.naming import BACKWARD, PARAMS_GRAD, direction_of
+from .core.small_file import SmallFileError, read_small_text
 
 __all__ = [
     "DEFAULT_CONFIG_PATH", "ConfigError", "DebuggerConfig", "IndexSet", "OverflowCheckConfig", "Problem",
@@ -189,6 +190,31 @@ class IndexSet:
         ]}}
 
 
+# ---------------------------------------------------------------------------------------------- dump_path
+
+def _absolute(given: str) -> str:
+    """`given` with `~` expanded, made absolute against the working folder, without `.` parts or repeated
+    separators. A `..` is kept for the kernel to resolve (by hand, `link/..` would name another folder than the
+    kernel's), and must follow an existing folder: making the folders of `a/missing/../d` leaves a stray
+    `a/missing`, and below `a_file` nothing can be made."""
+    expanded = os.path.expanduser(given)
+    try:
+        here = os.getcwd()
+    except OSError as exc:
+        raise _invalid(given, f"an absolute path: the working folder is gone ({exc.strerror})") from None
+    parts = expanded.split(os.sep)
+    for i, part in enumerate(parts):
+        before = os.sep.join(parts[:i])
+        if part != ".." or not before.strip("." + os.sep):  # "..", "./.." and "/.." step out of a real folder
+            continue
+        if not os.path.isdir(os.path.join(here, before)):
+            what = "is a file" if os.path.lexists(os.path.join(here, before)) else "does not exist"
+            raise _invalid(given, f"a folder path whose every '..' follows an existing folder, but {before!r} "
+                                  f"{what} (stepping out of it needs it made first, and it would stay behind)")
+    kept = [part for part in os.path.join(here, expanded).split(os.sep) if part not in ("", ".")]
+    return os.sep + os.sep.join(kept)
+
+
 # ---------------------------------------------------------------------------------------------- models
 
 def _name(value: str) -> str:
@@ -288,7 +314,9 @@ class DebuggerConfig(_Strict):
     task: Task = Field("statistics", description=(
         "What is collected: statistics, tensor (statistics + every tensor saved), overflow_check (only calls "
         "whose outputs hold NaN/Inf) or structure (names, stacks and hierarchy only)."))
-    dump_path: str = Field("./dump_path", description="Root folder of the dump tree; created if missing.")
+    dump_path: str = Field("./dump_path", validate_default=True, description=(
+        "Root folder of the dump tree; created if missing. `~` is the home folder; a relative path is taken from "
+        "the working folder of when the config is read (the debugger is made)."))
     rank: IndexSet = Field(IndexSet(), description='Ranks to dump, e.g. [0, "4-6"]; [] = all.')
     step: IndexSet = Field(IndexSet(), description=(
         'Steps to dump, e.g. [0, "4-6"]; [] = all. After the last listed step collection stops for good.'))
@@ -303,22 +331,23 @@ class DebuggerConfig(_Strict):
 
     @field_validator("dump_path")
     @classmethod
-    def _dump_path(cls, path: str) -> str:
-        if not path.strip():
-            raise _invalid(path, "a non-empty folder path")
-        if "\0" in path:
-            raise _invalid(path, "a folder path without NUL characters")
-        link = path.rstrip("/" + os.sep) or path  # "link/" names the link too
-        if os.path.islink(link):
-            raise _invalid(path, f"a real folder, but this is a symbolic link to {os.readlink(link)!r}: "
-                                 "give the folder it points to, or another path")
+    def _dump_path(cls, given: str) -> str:
+        """The folder as an absolute path, fixed now: a later `os.chdir` of the script must not move the dump."""
+        if not given.strip():
+            raise _invalid(given, "a non-empty folder path")
+        if "\0" in given:
+            raise _invalid(given, "a folder path without NUL characters")
+        path = _absolute(given)
+        if os.path.islink(path):
+            raise _invalid(given, f"a real folder, but this is a symbolic link to {os.readlink(path)!r}: "
+                                  "give the folder it points to, or another path")
         if os.path.exists(path) and not os.path.isdir(path):
-            raise _invalid(path, "a folder path, but this is an existing file")
-        above = os.path.dirname(os.path.abspath(path))
+            raise _invalid(given, "a folder path, but this is an existing file")
+        above = os.path.dirname(path)
         while not os.path.lexists(above) and os.path.dirname(above) != above:
             above = os.path.dirname(above)
         if os.path.lexists(above) and not os.path.isdir(above):  # no folder can ever be made below a file
-            raise _invalid(path, f"a folder path, but {above!r} on the way to it is a file")
+            raise _invalid(given, f"a folder path, but {above!r} on the way to it is a file")
         return path
 
     @model_validator(mode="after")
@@ -442,11 +471,9 @@ def _read_json(path: Path) -> Dict[str, Any]:
         return ConfigError([Problem(where, value, expected)], str(path))
 
     try:
-        text = path.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark written by some editors is fine
-    except FileNotFoundError:
-        raise fail("config_path", str(path), "the path of an existing file (not found)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise fail("config_path", str(path), f"a readable UTF-8 text file ({type(exc).__name__}: {exc})") from None
+        text = read_small_text(path)  # a regular file of a few MB at most: never /dev/zero, a FIFO or a huge file
+    except SmallFileError as exc:
+        raise fail("config_path", str(path), exc.expected) from None
     repeated: list = []  # (the object, key, every value given to it) where an object names a key twice
 
     def no_repeats(pairs: list) -> dict:  # json keeps the last of a repeated key: an edit that did nothing

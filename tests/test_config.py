@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -38,7 +39,8 @@ def test_default_config_is_the_spec_sample():
     config = load_config()
     assert config == DebuggerConfig()
     assert config.model_dump(mode="json") == {
-        "task": "statistics", "dump_path": "./dump_path", "rank": [], "step": [], "level": "L1",
+        "task": "statistics", "dump_path": os.path.join(os.getcwd(), "dump_path"),  # resolved when read
+        "rank": [], "step": [], "level": "L1",
         "extra_info": True, "async_dump": False,
         "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics",
                        "tensor_list": []},
@@ -397,3 +399,111 @@ def test_python_dash_m(tmp_path):
     done = subprocess.run([sys.executable, "-m", "msprobe_lite", "config", "check", str(DEFAULT_CONFIG_PATH)],
                           cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0 and "valid" in done.stdout
+
+
+# ------------------------------------------------------------------------------------------ dump_path resolution
+
+def _one_step(debugger) -> None:
+    """One real step of a small seeded torch model under `debugger` (the dump it writes is what is checked)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    debugger.start(model=model)
+    model(torch.ones(2, 4)).sum().backward()
+    debugger.stop()
+    debugger.step()
+
+
+def test_dump_path_with_tilde_is_below_the_home_folder(tmp_path, monkeypatch):
+    """`"~/x"` made a folder named `~` in the working folder (a trial): `~` is the user's home, as in a shell."""
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert load_config(dump_path="~/dumps").dump_path == str(tmp_path / "home" / "dumps")
+    _one_step(PrecisionDebugger(dump_path="~/dumps", task="statistics", level="L0"))
+    assert (tmp_path / "home" / "dumps" / "step0" / "rank" / "dump.json").is_file()
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+@pytest.mark.parametrize("way, why", [("a/missing/../d", "'a/missing' does not exist"),
+                                      ("a_file/../d", "'a_file' is a file")])
+def test_dump_path_stepping_out_of_what_is_not_a_folder_is_refused(tmp_path, monkeypatch, way, why):
+    """`a/missing/../d` made `a/missing` as well as `a/d`; `a_file/../d` passed the check and failed at the first
+    write. Both are refused when the config is read, naming the field and the value."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a_file").write_text("x")
+    (problem,) = error_of(tmp_path, {"dump_path": way}).problems
+    assert (problem.path, problem.value) == ("dump_path", way)
+    assert why in problem.expected and "'..'" in problem.expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "a_file", "config.json"]
+
+
+def test_dump_path_stepping_out_of_an_existing_folder_is_fine(tmp_path, monkeypatch):
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").mkdir()
+    _one_step(PrecisionDebugger(dump_path="a/../d", task="statistics", level="L0"))
+    assert (tmp_path / "d" / "step0" / "rank" / "dump.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "d"]
+
+
+def test_a_relative_dump_path_is_where_the_debugger_was_made(tmp_path, monkeypatch):
+    """A script that changes its working folder after making the debugger still dumps where it said."""
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path / "first")
+    config = write(tmp_path, {"dump_path": "./out", "level": "L0"})
+    debugger = PrecisionDebugger(config_path=str(config))
+    assert debugger.config.dump_path == str(tmp_path / "first" / "out")
+    monkeypatch.chdir(tmp_path / "second")
+    _one_step(debugger)
+    assert (tmp_path / "first" / "out" / "step0" / "rank" / "dump.json").is_file()
+    assert list((tmp_path / "second").iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------ what a reader reads
+
+def test_every_config_reader_refuses_a_device(tmp_path, capsys):
+    """`config check /dev/zero` read gigabytes into memory (a trial); the config, compare's mapping and the
+    checkpoint name map are read by one reader that takes regular files only."""
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    assert main(["config", "check", "/dev/zero"]) == 2
+    assert "config_path: got '/dev/zero'; expected a readable regular file, but this is a character device" in \
+        capsys.readouterr().err
+    with pytest.raises(ConfigError, match="character device"):
+        PrecisionDebugger(config_path="/dev/zero")
+    assert main(["compare", "-tp", str(tmp_path), "-gp", str(tmp_path), "-dm", "/dev/zero"]) == 2
+    assert "/dev/zero: expected a readable regular file, but this is a character device" in capsys.readouterr().err
+    assert main(["config", "check", str(tmp_path)]) == 2
+    assert "but this is a folder" in capsys.readouterr().err
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    """`open()` of a FIFO waits for a writer forever: run in a child with a timeout so a regression fails."""
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "-m", "msprobe_lite", "config", "check", str(fifo)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "a FIFO (named pipe)" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 2
+
+
+def test_a_huge_config_file_is_refused_before_it_is_read(tmp_path, capsys):
+    from msprobe_lite.core.small_file import MAX_BYTES
+
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(MAX_BYTES + 1)  # sparse: the size is what the reader goes by
+    assert main(["config", "check", str(big)]) == 2
+    assert "expected a file of at most 4 MiB, but this one holds 4,194,305 bytes" in capsys.readouterr().err
+    fine = write(tmp_path, " " * (MAX_BYTES - 2) + "{}")
+    assert load_config(fine) == DebuggerConfig()

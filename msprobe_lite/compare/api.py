@@ -57,10 +57,13 @@ def _load_mapping(path):
         return lambda n: n
     import yaml
 
+    from ..core.small_file import SmallFileError, read_small_text
+
     try:
-        with open(path, encoding="utf-8") as f:
-            mapping = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        mapping = yaml.safe_load(read_small_text(path)) or {}
+    except SmallFileError as exc:
+        raise CompareError(str(exc)) from None
+    except yaml.YAMLError as exc:
         raise CompareError(f"{path}: cannot read the mapping: {exc}") from None
     if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                 for k, v in mapping.items()):

@@ -44,10 +44,11 @@ def load_names(path: str = MAPPING) -> dict:
     """{section: {mindspore name: pytorch name}} from a mapping YAML (checked, parsed once per path)."""
     import yaml
 
+    from ..core.small_file import SmallFileError, read_small_text
+
     try:
-        with open(path, encoding="utf-8") as f:
-            content = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        content = yaml.safe_load(read_small_text(path)) or {}
+    except (SmallFileError, yaml.YAMLError) as exc:
         raise NameMapError(f"{path}: cannot read the name mapping: {exc}") from None
     if not isinstance(content, dict) or set(content) - set(_SECTIONS):
         raise NameMapError(f"{path}: expected sections {list(_SECTIONS)}, got "
