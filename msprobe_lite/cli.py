@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Callable, List, Optional
 
-from .config import ConfigError, config_schema, load_config
+from .config import ConfigError, config_schema, load_config, msprobe_note
 
 
 def _config_check(args: argparse.Namespace) -> int:
@@ -24,6 +24,9 @@ def _config_check(args: argparse.Namespace) -> int:
     print(f"{args.file}: valid (task={config.task}, level={config.level})")
     for setting in config.unused_settings():
         print(f"note: {setting} is set but task {config.task} does not read it (each task reads its own block)")
+    note = msprobe_note(config.not_acted_on)
+    if note:
+        print(f"note: {note}")
     return 0
 
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Collection, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, WithJsonSchema,
+                      field_validator, model_validator)
 from pydantic_core import core_schema
 
 from .core.naming import BACKWARD, PARAMS_GRAD, direction_of
@@ -30,7 +30,7 @@ from .core.small_file import SmallFileError, read_small_text
 
 __all__ = [
     "DEFAULT_CONFIG_PATH", "ConfigError", "DebuggerConfig", "IndexSet", "OverflowCheckConfig", "Problem",
-    "SelectionConfig", "StatisticsConfig", "config_schema", "load_config",
+    "SelectionConfig", "StatisticsConfig", "config_schema", "load_config", "msprobe_note",
 ]
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("config.json")
@@ -215,6 +215,57 @@ def _absolute(given: str) -> str:
     return os.sep + os.sep.join(kept)
 
 
+# ---------------------------------------------------------------------------------------------- msprobe's own keys
+
+# Keys of the config.json of msprobe (mindstudio-probe), the tool whose dump format msprobe_lite writes, that
+# msprobe_lite does not act on: taken from msprobe's config guide and its 26.2 package (and the releases before),
+# so that a user's msprobe config loads as it is. Each is accepted only where msprobe reads it (a key of its
+# tensor block inside `tensor`), with any value; a key nobody defines stays an error.
+MSPROBE_TOP_KEYS: FrozenSet[str] = frozenset({
+    # blocks of msprobe's other tasks
+    "acc_check", "run_ut", "free_benchmark", "grad_probe", "nan_check", "diff_check", "exception_dump", "structure",
+    "load",
+    # switches
+    "seed", "is_deterministic", "enable_dataloader", "acl_config", "precision", "risk_level", "dump_enable",
+    "custom_op_namespaces",
+})
+MSPROBE_BLOCK_KEYS: Mapping[str, FrozenSet[str]] = {
+    "statistics": frozenset({"device", "precision", "slice", "request_id"}),
+    "tensor": frozenset({"backward_input", "file_format", "bench_path", "online_run_ut", "nfs_path", "host", "port",
+                         "slice", "request_id"}),
+    "overflow_check": frozenset({"check_mode"}),
+}
+# what msprobe_lite offers instead, where it has something
+_MSPROBE_INSTEAD = {"seed": "seed_all(seed) in the script seeds the run",
+                    "is_deterministic": "seed_all(mode=True) turns on deterministic algorithms",
+                    "enable_dataloader": "call start(), stop() and step() in the training loop"}
+
+
+def _set_aside(data: Any, fields: Collection[str]) -> Tuple[Any, Tuple[str, ...]]:
+    """(`data` without msprobe's keys that are not `fields`, their paths in the order given)."""
+    if not isinstance(data, dict):
+        return data, ()
+    kept, aside = dict(data), []
+    for key in data:
+        if key in MSPROBE_TOP_KEYS and key not in fields:
+            aside.append(key)
+            del kept[key]
+        elif key in MSPROBE_BLOCK_KEYS and isinstance(data[key], dict):
+            block = {k: v for k, v in data[key].items() if k not in MSPROBE_BLOCK_KEYS[key]}
+            aside += [f"{key}.{k}" for k in data[key] if k not in block]
+            kept[key] = block
+    return kept, tuple(aside)
+
+
+def msprobe_note(paths: Sequence[str]) -> Optional[str]:
+    """The one line that says which of msprobe's keys were accepted and are not acted on (None for none)."""
+    if not paths:
+        return None
+    instead = [text for key, text in _MSPROBE_INSTEAD.items() if key in paths]
+    return (f"msprobe's {', '.join(paths)} {'is' if len(paths) == 1 else 'are'} accepted and not acted on by "
+            f"msprobe_lite" + (f" ({'; '.join(instead)})" if instead else ""))
+
+
 # ---------------------------------------------------------------------------------------------- models
 
 def _name(value: str) -> str:
@@ -328,6 +379,21 @@ class DebuggerConfig(_Strict):
     statistics: StatisticsConfig = Field(StatisticsConfig(), description="Settings of task statistics.")
     tensor: SelectionConfig = Field(SelectionConfig(), description="Settings of task tensor.")
     overflow_check: OverflowCheckConfig = Field(OverflowCheckConfig(), description="Settings of task overflow_check.")
+    _not_acted_on: Tuple[str, ...] = PrivateAttr(())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _msprobe_keys(cls, data: Any, handler: Any) -> "DebuggerConfig":
+        """msprobe's own keys are set aside before the strict validation, and kept to be named in a note."""
+        kept, aside = _set_aside(data, cls.model_fields)
+        config = handler(kept)
+        config._not_acted_on = aside
+        return config
+
+    @property
+    def not_acted_on(self) -> Tuple[str, ...]:
+        """Paths of the keys of msprobe's config that were given, accepted, and do nothing here."""
+        return self._not_acted_on
 
     @field_validator("dump_path")
     @classmethod
@@ -410,7 +476,8 @@ def _known_keys(loc: Sequence[Union[int, str]]) -> str:
     for key in loc[:-1]:
         model = model.model_fields[key].annotation
     keys = list(model.model_fields)
-    close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+    msprobes = MSPROBE_TOP_KEYS if len(loc) == 1 else MSPROBE_BLOCK_KEYS.get(str(loc[0]), frozenset())
+    close = difflib.get_close_matches(str(loc[-1]), keys + sorted(msprobes), n=1)
     # a setting of a task's block written at the top (`summary_mode` for `statistics.summary_mode`)
     blocks = [name for name, field in model.model_fields.items() if isinstance(field.annotation, type)
               and issubclass(field.annotation, BaseModel) and loc[-1] in field.annotation.model_fields]

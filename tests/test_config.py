@@ -507,3 +507,85 @@ def test_a_huge_config_file_is_refused_before_it_is_read(tmp_path, capsys):
     assert "expected a file of at most 4 MiB, but this one holds 4,194,305 bytes" in capsys.readouterr().err
     fine = write(tmp_path, " " * (MAX_BYTES - 2) + "{}")
     assert load_config(fine) == DebuggerConfig()
+
+
+# ------------------------------------------------------------------------------------------ msprobe's own configs
+
+# The layout of the config.json packaged with msprobe (mindstudio-probe 26.2): our blocks plus its acc_check block.
+MSPROBE_PACKAGED = {
+    "task": "statistics", "dump_path": "./dump_path", "rank": [], "step": [], "level": "L1", "extra_info": True,
+    "async_dump": False,
+    "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"},
+    "tensor": {"scope": [], "list": [], "data_mode": ["all"]},
+    "acc_check": {"white_list": [], "black_list": [], "error_data_path": "./"},
+}
+# The layout of the full config of its earlier releases (its config guide's complete example): switches at the
+# top, settings of its other tasks inside our blocks, and the blocks of tasks msprobe_lite does not have.
+MSPROBE_EARLIER = {
+    "task": "tensor", "dump_path": "./dump_path", "rank": [], "step": [0], "level": "L1", "seed": 1234,
+    "is_deterministic": False, "enable_dataloader": False, "acl_config": "", "precision": "low",
+    "tensor": {"scope": [], "list": ["linear"], "data_mode": ["all"], "backward_input": [], "file_format": "npy"},
+    "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"},
+    "overflow_check": {"overflow_nums": 1, "check_mode": "all"},
+    "run_ut": {"white_list": [], "black_list": [], "error_data_path": "./"},
+    "grad_probe": {"grad_level": "L1", "param_list": [], "bounds": [-1, 0, 1]},
+    "free_benchmark": {"scope": [], "list": [], "fuzz_device": "npu", "pert_mode": "improve_precision",
+                       "handler_type": "check", "fuzz_level": "L1", "fuzz_stage": "forward", "if_preheat": False,
+                       "preheat_step": 15, "max_sample": 20},
+}
+
+
+def test_msprobes_packaged_config_is_accepted_with_one_note(tmp_path, capsys):
+    """A user's config of msprobe was refused (`acc_check: ... expected a known key`): it loads as it is, and
+    the one note names what msprobe_lite does not act on."""
+    path = write(tmp_path, MSPROBE_PACKAGED)
+    config = load_config(path)
+    assert (config.task, config.level, config.statistics.summary_mode) == ("statistics", "L1", "statistics")
+    assert config.not_acted_on == ("acc_check",)
+    assert main(["config", "check", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{path}: valid (task=statistics, level=L1)"
+    assert out[1:] == ["note: msprobe's acc_check is accepted and not acted on by msprobe_lite"]
+
+
+def test_msprobes_earlier_full_config_is_accepted(tmp_path, capsys):
+    config = load_config(write(tmp_path, MSPROBE_EARLIER))
+    assert (config.task, config.tensor.list, config.step.to_list()) == ("tensor", ["linear"], [0])
+    assert config.not_acted_on == ("seed", "is_deterministic", "enable_dataloader", "acl_config", "precision",
+                                   "tensor.backward_input", "tensor.file_format", "overflow_check.check_mode",
+                                   "run_ut", "grad_probe", "free_benchmark")
+    assert main(["config", "check", str(tmp_path / "config.json")]) == 0
+    (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: msprobe's")]
+    assert "seed, is_deterministic" in note and "seed_all(" in note  # where seeding is done in msprobe_lite
+
+
+def test_the_debugger_says_the_note_once(tmp_path, caplog):
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    path = write(tmp_path, {**MSPROBE_PACKAGED, "dump_path": str(tmp_path / "dump"), "level": "L0"})
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        debugger = PrecisionDebugger(config_path=str(path))
+        _one_step(debugger)
+    assert caplog.text.count("msprobe's acc_check is accepted and not acted on") == 1
+    assert (tmp_path / "dump" / "step0" / "rank" / "dump.json").is_file()
+
+
+@pytest.mark.parametrize("data, path, meant", [({"acc_chek": {}}, "acc_chek", "acc_check"),
+                                               ({"is_determinstic": True}, "is_determinstic", "is_deterministic"),
+                                               ({"tensor": {"file_fromat": "npy"}}, "tensor.file_fromat",
+                                                "file_format"),
+                                               ({"statistics": {"check_mode": "all"}}, "statistics.check_mode",
+                                                None)])
+def test_keys_nobody_defines_stay_errors(tmp_path, data, path, meant):
+    """Only msprobe's own keys, in the object msprobe reads them from, are set aside: a typo is still an error,
+    and the closest key (msprobe's too) is offered."""
+    (problem,) = error_of(tmp_path, data).problems
+    assert problem.path == path
+    if meant:
+        assert problem.expected.endswith(f"; did you mean {meant!r}?")
+
+
+def test_a_task_of_msprobe_that_msprobe_lite_does_not_have_is_still_an_error(tmp_path):
+    """Running task statistics when the user asked for acc_check would hand them the wrong data."""
+    (problem,) = error_of(tmp_path, {**MSPROBE_PACKAGED, "task": "acc_check"}).problems
+    assert problem.path == "task" and problem.value == "acc_check"

@@ -6,7 +6,7 @@ it uses. Construction validates the config and creates nothing on disk.
 """
 from __future__ import annotations
 
-from ..config import load_config
+from ..config import load_config, msprobe_note
 from . import stacks, statistics, writer
 from .calls import CallRecorder
 from .debug_save import DebugSaver
@@ -50,6 +50,9 @@ class Debugger:
         for setting in self.config.unused_settings():
             log.warning("%s is set but task %s does not read it (each task reads its own block): it changes "
                         "nothing in this run", setting, self.config.task)
+        note = msprobe_note(self.config.not_acted_on)
+        if note:
+            log.warning("%s", note)
         self.session = Session(self.config, self.framework.name, self.framework.module_kind,
                                self.framework_packages, self.current_rank, world_fn=self.current_world_size)
         self.summarizer = self.make_summarizer()
