@@ -88,18 +88,20 @@ class PrecisionDebugger:
         return getattr(self._chosen(), name)
 
 
-def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> None:
-    """Seed every framework the script has imported (and `random`, numpy, PYTHONHASHSEED)."""
+def seed_all(seed: int = 1234, mode: bool = False, rm_dropout=None) -> None:
+    """Seed every framework the script has imported (and `random`, numpy, PYTHONHASHSEED). `rm_dropout=None`
+    keeps each framework's own default (MindSpore removes dropout, PyTorch keeps it, as msprobe documents)."""
+    chosen = {} if rm_dropout is None else {"rm_dropout": rm_dropout}
     seeded = False
     if "mindspore" in sys.modules:
         from .mindspore import seed_all as mindspore_seed_all
 
-        mindspore_seed_all(seed, mode, rm_dropout)
+        mindspore_seed_all(seed, mode, **chosen)
         seeded = True
     if "torch" in sys.modules or not seeded:
         from .pytorch import seed_all as torch_seed_all
 
-        torch_seed_all(seed, mode, rm_dropout)
+        torch_seed_all(seed, mode, **chosen)
 
 
 def __getattr__(name):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -88,3 +90,45 @@ def test_mode_true_turns_on_deterministic_algorithms_and_false_leaves_them():
 def test_invalid_arguments_raise(kwargs):
     with pytest.raises(ValueError, match="seed_all"):
         seed_all(**kwargs)
+
+
+def test_pytorch_default_keeps_dropout_as_msprobe_documents():
+    """msprobe documents `seed_all(seed=1234, mode=False, rm_dropout=False)` for PyTorch: dropout stays."""
+    drop = nn.Dropout(0.5)
+    drop.train()
+    seed_all()
+    x = torch.ones(1000)
+    assert not torch.equal(drop(x), x)
+
+
+MINDSPORE_DEFAULT = """
+import numpy as np, mindspore as ms
+from mindspore import nn
+from msprobe_lite.mindspore import seed_all
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.drop = nn.Dense(16, 16), nn.Dropout(p=0.5)
+    def construct(self, x):
+        return self.drop(self.fc(x))
+
+ms.set_seed(0)
+net, x = Net(), ms.Tensor(np.random.RandomState(0).rand(8, 16).astype(np.float32))
+net.set_train(False)
+evaluated = net(x).asnumpy()
+net.set_train(True)
+assert not np.array_equal(net(x).asnumpy(), evaluated), "dropout was not active before seed_all"
+seed_all()
+first, second = net(x).asnumpy(), net(x).asnumpy()
+assert np.array_equal(first, second) and np.array_equal(first, evaluated), "dropout still active"
+print("ok")
+"""
+
+
+def test_mindspore_default_removes_dropout_as_its_seed_document_says():
+    """The MindSpore seed_all is documented as `seed_all(seed=1234, mode=False, rm_dropout=True)`: with the
+    defaults a network with Dropout in training mode gives the same output twice, equal to evaluation mode.
+    A child process: removing dropout is for the whole process, and other tests need MindSpore's dropout."""
+    done = subprocess.run([sys.executable, "-c", MINDSPORE_DEFAULT], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

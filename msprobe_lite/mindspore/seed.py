@@ -1,8 +1,9 @@
 """seed_all for MindSpore: the same numbers from two runs of the same script, so that their dumps compare.
 
-`rm_dropout=True` is the one place where msprobe_lite changes MindSpore on purpose, because the user asked:
-the dropout cells and functions become identities (cells created before the call included: their
-`construct` is replaced on the class).
+`rm_dropout=True`, the default here as in msprobe's documentation of its MindSpore `seed_all`, is the one place
+where msprobe_lite changes MindSpore on purpose, because the user called it: the dropout cells and functions
+become identities (cells created before the call included: their `construct` is replaced on the class).
+`seed_all(rm_dropout=False)` keeps them.
 """
 from __future__ import annotations
 
@@ -44,9 +45,10 @@ def remove_dropout() -> None:
                 setattr(namespace, name, _identity_function(fn))
 
 
-def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> None:
+def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = True) -> None:
     """Seed `random`, numpy and MindSpore (`mindspore.set_seed`), set PYTHONHASHSEED; `mode=True` makes
-    MindSpore's kernels deterministic; `rm_dropout=True` removes dropout."""
+    MindSpore's kernels deterministic; `rm_dropout=True` (the default, as msprobe's MindSpore seed_all is
+    documented) removes dropout."""
     seed_python(seed, mode, rm_dropout)
     ms.set_seed(seed)
     if mode:
