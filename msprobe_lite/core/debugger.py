@@ -115,19 +115,42 @@ class Debugger:
     @guarded("start()")
     def _start(self) -> None:
         if self.session.start():
+            if self.modules is not None:
+                self.modules.abandon_open()
             self.summarizer.started()
             if self.apis is not None:
                 self.apis.activate()
 
-    @guarded("stop()")
+    def _users_failure(self):
+        """At stop() and step() of a collected step, before the debugger reads values and removes hooks (which
+        makes MindSpore synchronise): the framework finishes the user's queued operators, and the exception of
+        one that failed is returned, to be raised to the user once the debugger has done its own part of the
+        call, as it would be raised, without the debugger, from the user's next read."""
+        if not self.session.step_open:
+            return None
+        try:
+            self.summarizer.settle()
+        except Exception as exc:  # noqa: BLE001 - marked as the user's by settle(): raised by the caller
+            return exc
+        return None
+
     def stop(self) -> None:
         """Stop collecting forward calls and write what the step holds so far."""
+        failure = self._users_failure()
+        self._stop()
+        if failure is not None:
+            raise failure
+
+    forward_backward_dump_end = stop
+
+    @guarded("stop()")
+    def _stop(self) -> None:
+        if self.modules is not None:
+            self.modules.abandon_open()
         if self.apis is not None:
             self.apis.deactivate()
         self.session.stop()
         self.summarizer.forget_all()
-
-    forward_backward_dump_end = stop
 
     def save(self, variable, name: str, save_backward: bool = True) -> None:
         """Level `debug`: dump `variable` (tensors, scalars, nested lists/tuples/dicts) as `{name}.{k}.debug`,
@@ -146,9 +169,15 @@ class Debugger:
     def _save(self, variable, name, save_backward) -> None:
         self.saver.save(variable, name, save_backward)
 
-    @guarded("step()")
     def step(self) -> None:
         """End the step: write it (backward records included) and move to the next one."""
+        failure = self._users_failure()
+        self._step()
+        if failure is not None:
+            raise failure
+
+    @guarded("step()")
+    def _step(self) -> None:
         if self.session.finished:
             return
         if self.apis is not None:

@@ -93,7 +93,8 @@ class ModuleHooks:
         cls = type(module).__name__
         params = self.framework.own_parameters(module)
         handles = self._handles
-        handles.extend(self.framework.hook_forward(module, self._pre_hook(path, cls, params), self._post_hook(path)))
+        handles.extend(self.framework.hook_forward(module, self._pre_hook(path, cls, params),
+                                                   self._post_hook(path, cls)))
         if not self.framework.tensor_hooks:
             handle = self.framework.hook_backward(module, self._backward_hook(path))
             if handle is not None:
@@ -123,22 +124,21 @@ class ModuleHooks:
             return None
         return pre_hook
 
-    def _post_hook(self, path):
+    def _post_hook(self, path, cls):
         awaiting, quiet, in_backward = self._awaiting, self.summarizer.quiet, self.framework.in_backward
+        # the names its pre-hook gives: a call begun by another module's pre-hook is not this one's to end
+        # (a user's pre-hook that raised before this module's ran, or one skipped, still runs this always-call hook)
+        own = module_record(self.kind, path, cls, FORWARD, "")
 
         @guarded("forward hook")
         def post_hook(module, args, kwargs, output):
             stack = self.calls()
-            if not stack or in_backward():  # the pre-hook began no call in the backward pass
+            if not stack or in_backward() or not stack[-1].name.startswith(own):
+                # the pre-hook began no call (in the backward pass, or it did not run)
                 return None
             call = stack.pop()
             if output is None and sys.exc_info()[0] is not None:  # the forward raised: no output to record
-                self.recorder.abandon(call.name, call)
-                if self.recorder.parents and call.backward_name is not None:
-                    # the calls it made before it raised name it as their parent: they get the call around it
-                    outer = stack[-1] if stack else None
-                    self.session.stand_ins[call.name] = outer.name if outer else None
-                    self.session.stand_ins[call.backward_name] = outer.backward_name if outer else None
+                self._abandon(call, stack)
                 return None
             with quiet():
                 self.recorder.end(call, output)
@@ -146,6 +146,23 @@ class ModuleHooks:
                 awaiting.setdefault(path, []).append(call.backward)
             return None
         return post_hook
+
+    def _abandon(self, call, stack) -> None:
+        """`call` raised: no record; the calls it made before it raised name it as their parent, and get the
+        call around it (the top of `stack`) instead."""
+        self.recorder.abandon(call.name, call)
+        if self.recorder.parents and call.backward_name is not None:
+            outer = stack[-1] if stack else None
+            self.session.stand_ins[call.name] = outer.name if outer else None
+            self.session.stand_ins[call.backward_name] = outer.backward_name if outer else None
+
+    def abandon_open(self) -> None:
+        """At start() and stop() no module call runs on this thread: one still listed was ended by an exception
+        that runs no always-call hook (a KeyboardInterrupt in forward). It raised, and is abandoned as a call
+        that raised an Exception is, so that later calls do not take it for their parent."""
+        stack = self.calls()
+        while stack:
+            self._abandon(stack.pop(), stack)
 
     def _backward_hook(self, path):
         """Without tensor hooks, a module's backward hook reports each backward call; calls of one module

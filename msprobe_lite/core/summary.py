@@ -12,8 +12,10 @@ each such alias as it is made (`taint`): from then on until the step ends, a ten
 storage is summarised, and saved, anew at each sighting. Both are also forgotten at `stop()`, since between
 two collecting windows of a step no alias is seen.
 
-An adapter subclasses `Summarizer` and supplies how to summarise one tensor, how to copy and write one, and
-`quiet()`, which keeps the debugger's own tensor work out of the API capture.
+An adapter subclasses `Summarizer` and supplies how to summarise one tensor, how to copy and write one,
+`quiet()`, which keeps the debugger's own tensor work out of the API capture, and `synchronize()` when its
+framework runs operators asynchronously: `settle()` runs it under `safety.users_work`, so that an operator of
+the user's that failed is raised as the user's error, not taken for a failure of the debugger's read.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import weakref
 
 from .naming import data_file_name
 from .records import NO_STATS, SavedTensor, TensorSummary
-from .safety import guarded, report_failure, report_unwritable
+from .safety import guarded, report_failure, report_unwritable, users_work
 from .writer import link_or_copy, make_dirs
 
 # Storages tainted in one step beyond which every tensor is summarised anew (the check on each cached sighting
@@ -115,6 +117,18 @@ class Summarizer:
     def started(self) -> None:
         """At start(), on the thread that will record: an adapter may prepare that thread (PyTorch's lends
         its OpenMP threads to the statistics kernel there)."""
+
+    @staticmethod
+    def synchronize() -> None:
+        """Have the framework finish the operators queued so far (nothing to do where it runs them at once)."""
+
+    def settle(self) -> None:
+        """Before the debugger reads values (or does what makes the framework synchronise): the user's queued
+        operators run now, and the exception of one that failed is marked as the user's (`users_work`): it
+        reaches the user from the call being recorded, as it would from the user's own next read. What fails
+        after this, in the read itself, is the debugger's."""
+        with users_work:
+            self.synchronize()
 
     # -- the step's end --------------------------------------------------------------------------------------
     def resolve(self) -> None:
@@ -241,6 +255,7 @@ class Summarizer:
         """A tensor whose statistics cannot be computed (a sparse, quantized or nested tensor, a wrapper
         subclass, a dtype without kernels): reported once, and recorded with what is known and no statistics,
         so the call's record, and the rest of the step, are kept."""
+        self.settle()  # a device that failed the user's work fails every read: then the error is the user's
         kind = type(t)  # MindSpore makes Parameter's class at run time: its module reads "abc"
         name = kind.__qualname__ if kind.__module__ in ("abc", "builtins") else f"{kind.__module__}.{kind.__qualname__}"
         report_failure(f"statistics of a tensor of type {name}", exc, site="tensor statistics")

@@ -5,6 +5,10 @@ On the CPU the numbers come from a zero-copy numpy view (`asnumpy()`) and the sh
 one batch when the step is written, so no hook waits for the device. bf16 has no numpy arithmetic:
 statistics accumulate it in float32 and `.npy` files hold it as float32 (the spec's rule). MindSpore
 tensors carry no version counter, so no summary is reused across calls (see `core.summary`).
+
+Before it reads a value (`asnumpy()` waits for MindSpore's queued operators) the summarizer settles that
+queue (`Summarizer.settle`): an operator of the user's that failed there (one without a kernel on this
+device) is the user's error, raised to the user.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
 from ..core.values import ValueEncoder
 from ..core.writer import write_bytes_atomic
+from .framework import _pynative_executor
 
 TENSOR_TYPE = "mindspore.Tensor"
 _NO_NUMPY_MATH = ("bfloat16",)   # numpy dtypes (from ml_dtypes) that numpy cannot reduce
@@ -99,12 +104,17 @@ class MindSporeSummarizer(Summarizer):
         """The API capture's own switch: MindSpore calls made here are not the user's."""
         return self._quiet() if self._quiet is not None else super().quiet()
 
+    # PyNative runs operators on a pipeline: a failed one raises at the next synchronisation (about 2 µs when
+    # nothing is queued), which the summarizer makes before each read
+    synchronize = staticmethod(_pynative_executor.sync)
+
     def _resolve_device(self) -> None:
         if self.session.pending:
             resolve_pending(self.session.pending)
             self.session.pending = []
 
     def _snapshot(self, t):
+        self.settle()
         return np.array(as_numpy(t))  # a copy: the tensor may change in place later
 
     def _write(self, copy, path: str) -> None:
@@ -117,6 +127,8 @@ class MindSporeSummarizer(Summarizer):
                 summary.md5 = "00000000"
             return summary
         on_device = str(getattr(t, "device", "CPU")).upper().startswith("CPU") is False
+        if self.md5 or not on_device:
+            self.settle()
         if self.md5:
             summary.md5 = crc32_hex(t)
         if on_device:

@@ -23,7 +23,8 @@ encoding its tensors, and the small training step makes hundreds (AdamW alone 9 
 
 The order of every dict insertion is the Python route's, so the dumps are byte for byte the same
 (tests/test_pytorch_l1.py compares whole dumps of both routes). The debugger's own failures are reported
-through `report_failure` and the user's call goes on; an exception of the user's call is the user's.
+through `report_failure` and the user's call goes on; an exception of the user's call is the user's, and
+so is one that `report_failure` raises again (the user's queued work failing at a read: core/safety.py).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -123,9 +124,8 @@ static int reported(Handler *h, PyObject *site) {
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
-    if (done == NULL && !PyErr_ExceptionMatches(PyExc_Exception))
-        return 0; /* a KeyboardInterrupt while reporting: the user's, as on the Python route */
-    PyErr_Clear(); /* reporting failed: nothing more to do, the user's call goes on */
+    if (done == NULL)
+        return 0; /* report_failure raised: the user's own error (core/safety.py), or a KeyboardInterrupt */
     return 1;
 }
 
@@ -690,7 +690,7 @@ static PyObject *GradHook_call(GradHook *g, PyObject *args, PyObject *kwargs) {
         Py_XDECREF(type);
         Py_XDECREF(value);
         Py_XDECREF(tb);
-        if (done == NULL && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        if (done == NULL && PyErr_Occurred()) { /* the user's own error, as on the Python route */
             Py_DECREF(places);
             Py_DECREF(h);
             return NULL;

@@ -329,6 +329,17 @@ class TorchSummarizer(Summarizer):
             kernel_team(True)
 
     @staticmethod
+    def synchronize() -> None:
+        """The accelerators in use finish their queued kernels (a CPU run has none). Run only where a read
+        has failed or a collected step ends (`Summarizer.settle`): a kernel of the user's that failed leaves
+        its device failing every later call, the debugger's reads too, and the error is the user's."""
+        for name in ("cuda", "xpu", "npu"):
+            backend = getattr(torch, name, None)
+            initialized = getattr(backend, "is_initialized", None)
+            if initialized is not None and initialized():
+                backend.synchronize()
+
+    @staticmethod
     def version(t):
         try:
             return t._version
