@@ -46,6 +46,16 @@ class Framework:
         raise NotImplementedError
 
     @staticmethod
+    def opaque(module) -> bool:
+        """True for a module whose inside is not hooked (compiled): `submodules` does not list what is in it."""
+        return False
+
+    @staticmethod
+    def class_name(module) -> str:
+        """The class that names the module's records."""
+        return type(module).__name__
+
+    @staticmethod
     def unwrap(root):
         """The model a data-parallel wrapper holds (`root` itself when it is none): the wrapper adds a level
         (`module.`) to every name, and a run with it would not pair with a run without it."""

@@ -30,8 +30,8 @@ class ModuleHooks:
         self.recorder = recorder
         self.framework = framework
         self.kind = framework.module_kind
-        self._hooked = weakref.WeakSet()  # root models already hooked (ids could be reused)
-        self._handles = []                # module and parameter hook handles
+        # root model -> {path: (weak reference to the module hooked there, its hook handles)}
+        self._hooked = weakref.WeakKeyDictionary()
         self._local = threading.local()
         self._awaiting = {}               # path -> backward calls waiting for the module backward hook
 
@@ -60,39 +60,63 @@ class ModuleHooks:
         return models
 
     def attach(self, model) -> None:
+        """Hooks the modules of each model, the first time it is given; later, only what changed in its tree
+        (a module added, replaced or moved since: start() runs every step, and an edited model must not go
+        unrecorded). The check walks the tree and compares module identities, without hooking anything."""
         models = self.check(model)
         for index, given in enumerate(models):
             root = self.framework.unwrap(given)
-            if root in self._hooked:
+            prefix = f"{index}." if len(models) > 1 else ""
+            tree = self._hooked.get(root)
+            listed = [(prefix + path, module) for path, module in self.framework.submodules(root)
+                      if module is not root]
+            if tree is not None:
+                if len(listed) != len(tree) or any(path not in tree or tree[path][0]() is not module
+                                                   for path, module in listed):
+                    self._rehook(root, tree, listed)
                 continue
             if root is not given:
                 log.info("start(model): recording the %s inside the %s: record names as without the wrapper, so "
                          "that a run with it and one without pair", type(root).__name__, type(given).__name__)
-            prefix = f"{index}." if len(models) > 1 else ""
-            inner = 0
-            for path, module in self.framework.submodules(root):
-                if module is not root:
-                    inner += 1
-                    try:
-                        self._hook_module(module, prefix + path)
-                    except Exception as exc:  # noqa: BLE001 - one odd module must not leave the rest unhooked
-                        report_failure(f"hooking {prefix + path}", exc, site="hooking a module")
-            if not inner:
+            tree = self._hooked[root] = {}
+            for path, module in listed:
+                self._hook(tree, path, module)
+            if not listed and not self.framework.opaque(root):
                 log.warning("start(model): the %s has no modules inside it, and module records are of the modules "
                             "inside the model given (not of the model itself): it gives none. Pass the network "
                             "that holds it", type(root).__name__)
-            self._hooked.add(root)
+
+    def _rehook(self, root, tree: dict, listed: list) -> None:
+        """Hooks removed from the modules no longer at their path, and the modules new at a path hooked."""
+        now = dict(listed)
+        gone = [path for path, (ref, _) in tree.items() if now.get(path) is not ref()]
+        for path in gone:
+            for handle in tree.pop(path)[1]:
+                handle.remove()
+        new = [(path, module) for path, module in listed if path not in tree]
+        for path, module in new:
+            self._hook(tree, path, module)
+        log.info("start(model): the %s changed since it was hooked: %d modules newly hooked, %d unhooked",
+                 type(root).__name__, len(new), len(gone))
+
+    def _hook(self, tree: dict, path: str, module) -> None:
+        handles = []
+        tree[path] = (weakref.ref(module), handles)
+        try:
+            self._hook_module(module, path, handles)
+        except Exception as exc:  # noqa: BLE001 - one odd module must not leave the rest unhooked
+            report_failure(f"hooking {path}", exc, site="hooking a module")
 
     def detach(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        self._hooked = weakref.WeakSet()
+        for tree in self._hooked.values():
+            for _, handles in tree.values():
+                for handle in handles:
+                    handle.remove()
+        self._hooked = weakref.WeakKeyDictionary()
 
-    def _hook_module(self, module, path: str) -> None:
-        cls = type(module).__name__
+    def _hook_module(self, module, path: str, handles: list) -> None:
+        cls = self.framework.class_name(module)
         params = self.framework.own_parameters(module)
-        handles = self._handles
         handles.extend(self.framework.hook_forward(module, self._pre_hook(path, cls, params),
                                                    self._post_hook(path, cls)))
         if not self.framework.tensor_hooks:

@@ -179,6 +179,18 @@ class ApiCapture(TorchFunctionMode):
         self._unwrap_distributed()
         self.__exit__(None, None, None)
 
+    def suspend(self) -> bool:
+        """Off for the call of a compiled module (compiled.CompiledRegions): dynamo would trace the mode, which it
+        cannot, and run the module eagerly. True when it was switched off (then `activate()` after the call);
+        False in another thread or when a mode of the user's sits above it (popping would take theirs)."""
+        if not self.active or get_ident() != self.session.thread:
+            return False
+        depth = torch._C._len_torch_function_stack()
+        if not depth or torch._C._get_function_stack_at(depth - 1) is not self:
+            return False
+        self.deactivate()
+        return True
+
     def remove(self) -> None:
         """For good: also the optimizer hooks."""
         self.deactivate()

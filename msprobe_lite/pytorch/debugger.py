@@ -6,6 +6,7 @@ import torch
 from ..core.debugger import Debugger
 from . import api_capture
 from .api_capture import ApiCapture
+from .compiled import CompiledRegions
 from .framework import TorchFramework
 from . import summary
 from .summary import TorchSummarizer
@@ -19,6 +20,30 @@ class PrecisionDebugger(Debugger):
 
     framework = TorchFramework
     framework_packages = ("torch",)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.compiled = CompiledRegions(self.session, self.apis)
+
+    def start(self, model=None) -> None:
+        """As `Debugger.start`; first, compiled and TorchScript modules in `model` are said once, and the API
+        capture is kept off inside compiled ones (at L1 too, when the model is given)."""
+        if model is not None and not self.session.finished:
+            models = list(model) if isinstance(model, (list, tuple)) else [model]
+            self.compiled.scan([m for m in models if isinstance(m, torch.nn.Module)])
+        super().start(model)
+        self.compiled.began()
+
+    def stop(self) -> None:
+        self.compiled.ended(self.config.level)
+        super().stop()
+
+    forward_backward_dump_end = stop
+
+    def step(self) -> None:
+        super().step()
+        if self.session.finished:
+            self.compiled.remove()
 
     @staticmethod
     def current_rank():

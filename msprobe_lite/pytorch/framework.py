@@ -9,6 +9,7 @@ import torch
 
 from ..core.framework import Framework, NoHandle
 from ..core.safety import report_failure
+from . import compiled
 
 
 # The tensor types whose __torch_function__ is torch's own: the debugger's fast routes take these exactly (a
@@ -111,7 +112,24 @@ class TorchFramework(Framework):
 
     @staticmethod
     def submodules(root):
-        return root.named_modules()
+        """As `named_modules()`, but a compiled or TorchScript module's inside is not listed: hooks there would
+        be traced into the compiled graph, or cannot be registered (compiled.py)."""
+        return compiled.walk(root)
+
+    @staticmethod
+    def opaque(module) -> bool:
+        return compiled.kind(module) is not None
+
+    @staticmethod
+    def class_name(module) -> str:
+        """`torch.compile(module)` wraps it: its records keep the class of the module wrapped."""
+        return type(compiled.original(module)).__name__
+
+    @staticmethod
+    def hook_forward(module, pre, post) -> list:
+        if compiled.kind(module) == compiled.SCRIPTED:
+            return []  # TorchScript refuses hooks: not a record (said once by compiled.CompiledRegions)
+        return compiled.hook_call(module, pre, post)
 
     @staticmethod
     def unwrap(root):
@@ -123,7 +141,9 @@ class TorchFramework(Framework):
 
     @staticmethod
     def own_parameters(module) -> list:
-        return [(name, p) for name, p in module.named_parameters(recurse=False)]
+        if compiled.kind(module) == compiled.SCRIPTED:
+            return []
+        return [(name, p) for name, p in compiled.original(module).named_parameters(recurse=False)]
 
     @staticmethod
     def on_param_grad(param, fn):

@@ -1,0 +1,331 @@
+"""Compiled (torch.compile), scripted (torch.jit.script) and edited models under the debugger.
+
+The debugger must leave a compiled model compiled, with the same graphs and the same numbers as without it, and
+name its records as for the uncompiled model; TorchScript modules are said and left alone; modules that the
+user adds or replaces between steps are recorded from the next start().
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+
+from helpers import assert_stats, data, load
+
+from msprobe_lite.pytorch import PrecisionDebugger
+
+STEPS = 3
+
+
+class Block(nn.Module):
+    """Pre-norm attention and an MLP, each with a residual."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.ln(x)).chunk(3, dim=-1)
+        scores = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+        x = x + self.proj(scores @ v)
+        return x + self.mlp(x)
+
+
+class Net(nn.Module):
+    def __init__(self, vocab=32, d=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList([Block(d), Block(d)])
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def batch():
+    gen = torch.Generator().manual_seed(7)
+    return torch.randint(0, 32, (2, 6), generator=gen), torch.randint(0, 32, (2, 6), generator=gen)
+
+
+def train(how, debugger=None, steps=STEPS):
+    """Seeded AdamW training of Net, compiled as `how` says; returns (losses, grads per step, params, the model
+    given to start(), the graph counters of dynamo)."""
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    net = Net()
+    model = net
+    if how == "compiled":
+        model = torch.compile(net)
+    elif how == "compiled block":
+        net.blocks[1] = torch.compile(net.blocks[1])
+    elif how == "compile()":
+        net.compile()
+    elif how == "compile() block":
+        net.blocks[1].compile()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    tokens, target = batch()
+    losses, grads = [], []
+    for _ in range(steps):
+        if debugger is not None:
+            debugger.start(model=model)
+        loss = F.cross_entropy(model(tokens).flatten(0, 1), target.flatten())
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in net.named_parameters()})
+        opt.step()
+        opt.zero_grad()
+        if debugger is not None:
+            debugger.stop()
+            debugger.step()
+        losses.append(loss.detach().clone())
+    params = {n: p.detach().clone() for n, p in net.named_parameters()}
+    graphs = (counters["stats"]["unique_graphs"], counters["stats"]["calls_captured"],
+              sum(counters["graph_break"].values()))
+    return losses, grads, params, model, graphs
+
+
+@functools.lru_cache(maxsize=None)
+def baseline(how, steps=STEPS):
+    return train(how, steps=steps)
+
+
+def assert_bitwise(a, b):
+    for x, y in zip(a[0], b[0]):
+        assert torch.equal(x, y)
+    for ga, gb in zip(a[1], b[1]):
+        assert ga.keys() == gb.keys()
+        for name in ga:
+            assert torch.equal(ga[name], gb[name]), name
+    for name in a[2]:
+        assert torch.equal(a[2][name], b[2][name]), name
+
+
+def debugger(tmp_path, level, **kw):
+    return PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level=level, **kw)
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_a_compiled_model_trains_compiled_and_bitwise_as_without_the_debugger(tmp_path, level, caplog):
+    base = baseline("compiled")
+    assert base[4][0] >= 1 and base[4][1] > 0 and base[4][2] == 0  # dynamo compiled the model, no graph break
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        run = train("compiled", debugger(tmp_path, level))
+    assert_bitwise(base, run)
+    assert run[4] == base[4]  # the same graphs, as many calls in them, no graph break: nothing ran eagerly
+    said = [r.getMessage() for r in caplog.records if "torch.compile" in r.getMessage()]
+    assert len(said) == 1, said  # once, not once a step
+    assert "not recorded" in said[0]
+    if level == "L0":  # the root model is not a record and everything inside it is compiled: nothing to write
+        assert not list(tmp_path.iterdir())
+        return
+    names = list(data(tmp_path, STEPS - 1))
+    assert not [n for n in names if "_orig_mod" in n or "OptimizedModule" in n]
+    # the eager code around the compiled call is recorded: the loss, then the optimizer's update
+    loss = data(tmp_path, 0)["Functional.cross_entropy.0.forward"]
+    assert_stats(loss["output"][0], run[0][0])
+    inside = ("Functional.layer_norm", "Torch.softmax", "Functional.linear", "Functional.embedding")
+    assert not [n for n in names if n.startswith(inside)]
+    assert len(names) > 2  # the optimizer's calls
+    if level == "mix":
+        construct = load(tmp_path, STEPS - 1, name="construct.json")
+        assert "optimizer" in construct.values()
+
+
+@pytest.mark.parametrize("how", ["compiled block", "compile() block"])
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_a_compiled_submodule_is_one_record_named_as_in_an_eager_dump(tmp_path, level, how, caplog):
+    base = baseline(how, steps=1)
+    assert base[4][0] >= 1 and base[4][2] == 0
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        run = train(how, debugger(tmp_path / "compiled", level), steps=1)
+    assert_bitwise(base, run)
+    assert run[4] == base[4]
+    eager = train("eager", debugger(tmp_path / "eager", level), steps=1)
+    assert sum("torch.compile" in r.getMessage() for r in caplog.records) == 1
+    compiled_names = list(data(tmp_path / "compiled"))
+    eager_names = list(data(tmp_path / "eager"))
+    modules = [n for n in eager_names if n.startswith("Module.")]
+    # the compiled block is one call: its own records, none for the modules inside it, none for a wrapper
+    want = [n for n in modules if not n.startswith("Module.blocks.1.") or n.startswith("Module.blocks.1.Block.")]
+    assert [n for n in compiled_names if n.startswith("Module.")] == want
+    block = data(tmp_path / "compiled")["Module.blocks.1.Block.forward.0"]
+    # its numbers, computed here: block 1's input is block 0's output, from the same parameters
+    tokens, _ = batch()
+    with torch.no_grad():
+        torch.manual_seed(0)
+        start = Net()  # the parameters before the optimizer's step: the seeded initial ones
+        hidden = start.blocks[0](start.embed(tokens))
+        out = start.blocks[1](hidden)
+    assert_stats(block["input_args"][0], hidden)
+    assert_stats(block["output"][0], out)
+    if level == "mix":
+        # API calls made before the compiled block pair with the eager dump's, name and parent
+        construct = load(tmp_path / "compiled", name="construct.json")
+        eager_construct = load(tmp_path / "eager", name="construct.json")
+        before = [n for n in eager_names if not n.startswith("Module.")][:3]
+        for name in before:
+            assert name in compiled_names and construct[name] == eager_construct[name], name
+
+
+def train_compiled_function(dbg=None, steps=2):
+    """Net compiled in place (model.compile()) and a loss function compiled by torch.compile."""
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    net = Net()
+    net.compile()
+    loss_fn = torch.compile(lambda logits, target: F.cross_entropy(logits.flatten(0, 1), target.flatten()))
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    tokens, target = batch()
+    losses = []
+    for _ in range(steps):
+        if dbg is not None:
+            dbg.start(model=net)
+        loss = loss_fn(net(tokens), target)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if dbg is not None:
+            dbg.stop()
+            dbg.step()
+        losses.append(loss.detach().clone())
+    return losses, [p.detach().clone() for p in net.parameters()], dict(counters["stats"])
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_a_model_compiled_in_place_trains_compiled_and_bitwise_as_without_the_debugger(tmp_path, level, caplog):
+    base = baseline("compile()")
+    assert base[4][0] >= 1 and base[4][2] == 0
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        run = train("compile()", debugger(tmp_path, level))
+    assert_bitwise(base, run)
+    assert run[4] == base[4]
+    assert sum("torch.compile" in r.getMessage() for r in caplog.records) == 1
+    assert "_compiled_call_impl" not in vars(run[3]) or vars(run[3])["_compiled_call_impl"] is not None
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_a_compiled_function_called_in_the_step_is_safe(tmp_path, level, caplog):
+    """At L0 nothing of the debugger's runs in the function: compiled, bitwise. At L1 and mix the API capture is
+    on when it is called, which dynamo cannot trace: training goes on and the user is told, once."""
+    base = train_compiled_function()
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        got = train_compiled_function(debugger(tmp_path, level))
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "internal failure" in m]
+    fallback = [m for m in messages if "a function compiled by torch.compile ran while" in m]
+    if level == "L0":
+        assert all(torch.equal(a, b) for a, b in zip(base[0], got[0]))
+        assert all(torch.equal(a, b) for a, b in zip(base[1], got[1]))
+        assert got[2] == base[2] and base[2]["unique_graphs"] >= 2
+        assert not fallback
+    else:
+        assert len(fallback) == 1, messages
+        for a, b in zip(base[0], got[0]):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+class Scripted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.inner = torch.jit.script(nn.Sequential(nn.Linear(16, 16), nn.Tanh()))
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(self.inner(torch.relu(self.fc1(x))))
+
+
+def train_scripted(dbg=None):
+    torch.manual_seed(0)
+    model = Scripted()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x = torch.randn(4, 8)
+    losses = []
+    # TorchScript's optimizing executor specialises a graph after its first runs, differently in a second
+    # scripting of the same code: two runs in one process agree only without it
+    with torch.jit.optimized_execution(False):
+        for _ in range(2):
+            train_step(model, opt, x, dbg, losses)
+    return losses, [p.detach().clone() for p in model.parameters()], model, x
+
+
+def train_step(model, opt, x, dbg, losses):
+    if dbg is not None:
+        dbg.start(model=model)
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if dbg is not None:
+        dbg.stop()
+        dbg.step()
+    losses.append(loss.detach().clone())
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_a_scripted_module_is_said_once_and_training_is_unchanged(tmp_path, level, caplog):
+    base = train_scripted()
+    with caplog.at_level("INFO", logger="msprobe_lite"):
+        run = train_scripted(debugger(tmp_path, level))
+    assert all(torch.equal(a, b) for a, b in zip(base[0], run[0]))
+    assert all(torch.equal(a, b) for a, b in zip(base[1], run[1]))
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "internal failure" in m]
+    said = [m for m in messages if "TorchScript" in m]
+    assert len(said) == 1 and "inner" in said[0] and "\n" not in said[0], said
+    names = list(data(tmp_path, 1))
+    assert "Module.fc2.Linear.forward.0" in names
+    assert not [n for n in names if n.startswith("Module.inner")]
+    fc2 = data(tmp_path, 0)["Module.fc2.Linear.forward.0"]
+    torch.manual_seed(0)
+    fresh, x = Scripted(), run[3]
+    with torch.no_grad():
+        assert_stats(fc2["input_args"][0], fresh.inner(torch.relu(fresh.fc1(x))))
+
+
+def test_modules_added_or_replaced_between_steps_are_recorded_from_the_next_start(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    x = torch.randn(4, 8)
+    dbg = debugger(tmp_path, "L0")
+    dbg.start(model=model)
+    model(x).sum().backward()
+    dbg.stop()
+    dbg.step()
+    old = model[2]
+    model[2] = nn.Linear(16, 4)                                # replaced
+    model.insert(2, nn.Sequential(nn.Linear(16, 16), nn.Tanh()))  # a new block between
+    model.zero_grad()
+    dbg.start(model=model)
+    out = model(x)
+    out.sum().backward()
+    dbg.stop()
+    dbg.step()
+    step1 = data(tmp_path, 1)
+    forward = [n for n in step1 if ".forward." in n]
+    assert forward == ["Module.0.Linear.forward.0", "Module.1.ReLU.forward.0", "Module.2.0.Linear.forward.0",
+                       "Module.2.1.Tanh.forward.0", "Module.2.Sequential.forward.0", "Module.3.Linear.forward.0"]
+    with torch.no_grad():
+        h = model[1](model[0](x))
+        new = model[2](h)
+    assert_stats(step1["Module.2.0.Linear.forward.0"]["input_args"][0], h)
+    assert_stats(step1["Module.2.Sequential.forward.0"]["output"][0], new)
+    assert_stats(step1["Module.3.Linear.forward.0"]["input_args"][0], new)
+    assert_stats(step1["Module.3.Linear.forward.0"]["output"][0], out)
+    assert_stats(step1["Module.3.Linear.parameters_grad.0"]["weight"][0], model[3].weight.grad)
+    # the replaced module's hooks are gone: calling it records nothing and holds nothing of the debugger
+    assert not old._forward_pre_hooks and not old._forward_hooks
+    assert not old.weight._post_accumulate_grad_hooks
