@@ -387,25 +387,28 @@ def _ms_step(debugger, net, x):
 
 
 @pytest.mark.parametrize("level", ("L0", "mix"))
-@pytest.mark.parametrize("where", ("construct", "pre-hook"))
+@pytest.mark.parametrize("where", ("construct", "interrupted construct", "pre-hook"))
 def test_mindspore_a_cell_or_hook_of_the_users_that_raises_reaches_the_user(tmp_path, capsys, level, where):
-    error = UsersError(f"the user's {where} failed")
+    error = (KeyboardInterrupt if where == "interrupted construct" else UsersError)(f"the user's {where} failed")
     net, x = _ms_net()
     debugger = MsDebugger(_config(tmp_path, "run", level, [0, 1]))
     grad_fn = ms.value_and_grad(lambda i: (net(i) ** 2).mean(), None, net.trainable_params())
     handle = None
-    if where == "construct":
+    if where.endswith("construct"):
         net.inner.fail = error
     else:
         def raising(cell, args):
             raise error
         handle = net.inner.register_forward_pre_hook(raising)
     debugger.start(net)
-    with pytest.raises(UsersError) as caught:
+    with pytest.raises(type(error)) as caught:
         grad_fn(x)
     assert caught.value is error
     debugger.stop()
     debugger.step()
+    failed = data(tmp_path / "run", 0)  # the calls that raised left no record, and nothing names them
+    parents = load(tmp_path / "run", 0, name="construct.json")
+    assert set(parents) <= set(failed) and all(p is None or p in failed for p in parents.values()), parents
     net.inner.fail = None
     if handle is not None:
         handle.remove()
