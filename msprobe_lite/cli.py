@@ -104,7 +104,7 @@ def _add_overflow_check(subparsers: argparse._SubParsersAction) -> None:
 
 def _ckpt_convert(args: argparse.Namespace) -> int:
     try:
-        from .mindspore.checkpoint import convert_checkpoint
+        from .mindspore.checkpoint import convert_checkpoint, load_name_map
     except ImportError as error:
         print(f"msprobe-lite ckpt convert: needs mindspore and torch installed ({error})", file=sys.stderr)
         return 2
@@ -113,13 +113,22 @@ def _ckpt_convert(args: argparse.Namespace) -> int:
             print(f"msprobe-lite ckpt convert: {path}: no such file", file=sys.stderr)
             return 2
     try:
-        report = convert_checkpoint(args.input, args.output, args.template)
+        name_map = load_name_map(args.name_map) if args.name_map else None
+        report = convert_checkpoint(args.input, args.output, args.template, name_map=name_map)
     except Exception as error:  # noqa: BLE001 - torch/MindSpore raise many types for a bad file
-        print(f"msprobe-lite ckpt convert: {error}", file=sys.stderr)
+        print(f"msprobe-lite ckpt convert: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     print("\n".join(report.lines()))
-    print(f"wrote {args.output}")
-    return 0 if report.complete else 1
+    if report.complete:
+        print(f"wrote {args.output}")
+        return 0
+    # a partial checkpoint would load into a network that keeps its initial weights where no source was found
+    left = len(report.missing) + len(report.mismatched)
+    why = "no parameter converted" if not report.converted else \
+        f"{left} of {left + len(report.converted)} MindSpore parameters without a PyTorch source of their shape"
+    print(f"msprobe-lite ckpt convert: nothing written to {args.output}: {why}; attributes named otherwise in "
+          f"the port are mapped with --name-map FILE (YAML, old: new; see docs/mindspore.md)", file=sys.stderr)
+    return 1
 
 
 def _ckpt_compare(args: argparse.Namespace) -> int:
@@ -144,13 +153,19 @@ def _ckpt_compare(args: argparse.Namespace) -> int:
 def _add_ckpt(subparsers: argparse._SubParsersAction) -> None:
     ckpt = subparsers.add_parser("ckpt", help="convert PyTorch weights to a MindSpore checkpoint; compare weights")
     actions = ckpt.add_subparsers(dest="action", metavar="ACTION", required=True)
-    convert = actions.add_parser("convert", help="a PyTorch state_dict -> a MindSpore checkpoint (exit 1 when "
-                                                 "a parameter has no source or a shape differs)")
-    convert.add_argument("-i", "--input", required=True, help="PyTorch state_dict file (.pt/.pth)")
+    convert = actions.add_parser("convert", help="a PyTorch state_dict -> a MindSpore checkpoint (exit 1, and "
+                                                 "nothing written, when a parameter has no source or a shape "
+                                                 "differs)")
+    convert.add_argument("-i", "--input", required=True, help="PyTorch weights (.pt/.pth): a state_dict, or a "
+                                                              "training checkpoint holding one ({'model': ...}); "
+                                                              "DDP's 'module.' prefix is removed")
     convert.add_argument("-o", "--output", required=True, help="MindSpore checkpoint to write (.ckpt)")
     convert.add_argument("-t", "--template", required=True,
                          help="a MindSpore checkpoint of the target network (mindspore.save_checkpoint(net, ...)): "
                               "gives the names, shapes and dtypes to produce")
+    convert.add_argument("-m", "--name-map", metavar="FILE",
+                         help="YAML of old: new name parts, for attributes the port named otherwise "
+                              "(attn: attention renames that part of every PyTorch name)")
     convert.set_defaults(run=_ckpt_convert)
     compare = actions.add_parser("compare", help="compare two weight files (.pt/.pth, .ckpt, .npz) parameter by "
                                                  "parameter (exit 1 when any differs or is unpaired)")

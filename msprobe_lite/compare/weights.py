@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.state_dict import StateDictError, find_state_dict, strip_wrapper_prefixes
 from .frameworks import MAPPING, TORCH_BOOKKEEPING, load_names
 from .metrics import eps_of, tensor_metrics
 
@@ -39,10 +40,11 @@ def _torch_arrays(path: str) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad file
         raise WeightsError(f"{path}: not a PyTorch weights file loadable with weights_only=True: {exc}") from None
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
-        state = state["state_dict"]
-    if not isinstance(state, dict):
-        raise WeightsError(f"{path}: expected a state_dict (names to tensors), got {type(state).__name__}")
+    try:  # a training checkpoint holding it, DDP's `module.` names: found as the conversion finds them
+        state, _ = find_state_dict(state, torch.is_tensor, path)
+    except StateDictError as exc:
+        raise WeightsError(str(exc)) from None
+    state, _ = strip_wrapper_prefixes(state)
     out = {}
     for k, v in state.items():
         if isinstance(v, torch.Tensor) and str(k).rpartition(".")[2] not in TORCH_BOOKKEEPING:
