@@ -26,6 +26,7 @@ import yaml
 from mindspore import ops
 
 from ..core.safety import guarded, log
+from .jit import stand_aside_api, tracing
 
 API_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apis.yaml")
 
@@ -192,12 +193,14 @@ class ApiCapture:
                 if depth.value or not session.forward_on:
                     return original(*args, **kwargs)
                 return self._record(key, original, args, kwargs)
-        wrapper.__wrapped__ = original
+        stand_aside_api(wrapper, original)  # a graph compiler compiles the API in its place (see jit.py)
         wrapper.__name__ = getattr(original, "__name__", attribute)
         wrapper.__doc__ = getattr(original, "__doc__", None)
         return wrapper
 
     def _record(self, key, original, args, kwargs, prim=None):
+        if tracing():  # recording a graph (jit capture_mode "trace"): nothing of the debugger's goes into it
+            return original(*args, **kwargs)
         depth = self.depth
         depth.value += 1
         try:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import mindspore as ms
 
 from ..core.debugger import Debugger
-from ..core.safety import log
-from . import mindtorch
+from ..core.safety import guarded, log
+from . import jit, mindtorch
 from .api_capture import ApiCapture, Quiet, _Depth
 from .framework import MindSporeFramework, is_jit
 from .summary import MindSporeSummarizer
@@ -23,6 +23,13 @@ GRAPH_MODE_MESSAGE = (
 JIT_MESSAGE = (
     "%s runs under mindspore.jit: what happens inside it is compiled and is not captured call by call "
     "(neither its sub-cells nor its APIs); its own forward and backward records are, at L0 and mix.")
+COMPILED_MESSAGE = (
+    "step %d: %s. Code compiled by mindspore.jit (or in GRAPH_MODE) runs as a graph, where the debugger sees "
+    "nothing: no cell, "
+    "API, gradient or optimizer call made inside it is recorded, and its numbers are as without the debugger. "
+    "Calls made outside it, in PyNative (an eager forward, an eager optimizer), are recorded. For a "
+    "call-by-call dump of the compiled code, run the steps to debug with the environment variable MS_JIT=0 "
+    "(mindspore.jit then runs the function as plain Python) (said once)")
 
 
 def graph_mode() -> bool:
@@ -41,6 +48,7 @@ class PrecisionDebugger(Debugger):
     def __init__(self, *args, **kwargs):
         self._depth = _Depth()   # shared by the capture and the summarizer: "this is the debugger's call"
         self._warned = set()
+        self._compiled_seen = jit.compiled.count  # cells compiled before this debugger are not its news
         self._torch_like = mindtorch.torch_namespace()   # MSAdapter / MindTorch scenario
         if self._torch_like is not None:
             self.framework = mindtorch.framework_for(self._torch_like)
@@ -76,6 +84,33 @@ class PrecisionDebugger(Debugger):
             return
         self._warn_jit(model)
         super().start(model)
+
+    def stop(self) -> None:
+        self._say_what_ran_compiled()
+        super().stop()
+
+    forward_backward_dump_end = stop
+
+    def step(self) -> None:
+        self._say_what_ran_compiled()
+        super().step()
+
+    @guarded("stop()")
+    def _say_what_ran_compiled(self) -> None:
+        """Once: that hooked cells were compiled (the compiler noted it, see jit.py), or that a collected step
+        saw no call at all, which is what a step run inside a compiled function looks like (at L1 nothing of
+        the debugger's is compiled that could note it)."""
+        if "compiled" in self._warned:
+            return
+        session = self.session
+        if jit.compiled.count > self._compiled_seen:
+            what = f"cells of the model given to start() were compiled into a graph (one: a {jit.compiled.latest})"
+        elif session.step_open and not session.counters and not session.records and self.config.level != "debug":
+            what = "no call was recorded between start() and stop()/step()"
+        else:
+            return
+        self._warned.add("compiled")
+        log.warning(COMPILED_MESSAGE, session.step, what)
 
     def _warn_jit(self, model) -> None:
         cells = model if isinstance(model, (list, tuple)) else [model]

@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - older MindSpore
     from mindspore.common.api import _pynative_executor
 
 from ..core.framework import Framework, NoHandle
+from .jit import stand_aside, stand_aside_grad, tracing
 
 
 TENSOR_HOOKS = hasattr(ms.Tensor, "register_hook")
@@ -46,12 +47,23 @@ class MindSporeFramework(Framework):
     def may_get_grad(tensor) -> bool:
         return TENSOR_HOOKS and (not isinstance(tensor, ms.Parameter) or tensor.requires_grad)
 
-    if not CELL_HOOKS_WITH_KWARGS:
+    # A call that the tracer of `mindspore.jit(capture_mode="trace")` runs to record a graph is no record: the
+    # hooks stand aside there as they do in a backward pass (see jit.py).
+    in_backward = staticmethod(tracing)
+
+    if CELL_HOOKS_WITH_KWARGS:
+        @staticmethod
+        def hook_forward(module, pre, post) -> list:
+            stand_aside(module, pre, post)  # what a graph compiler compiles in their place (see jit.py)
+            return Framework.hook_forward(module, pre, post)
+    else:
         @staticmethod
         def hook_forward(module, pre, post) -> list:
             """MindSpore 2.0: hooks receive a cell id, not the cell, and no keyword arguments."""
-            return [module.register_forward_pre_hook(lambda _id, args: pre(module, args, {})),
-                    module.register_forward_hook(lambda _id, args, output: post(module, args, {}, output))]
+            pre_hook, hook = (lambda _id, args: pre(module, args, {}),
+                              lambda _id, args, output: post(module, args, {}, output))
+            stand_aside(module, pre_hook, hook)
+            return [module.register_forward_pre_hook(pre_hook), module.register_forward_hook(hook)]
 
     @staticmethod
     def hook_backward(module, fn):
@@ -88,7 +100,9 @@ class MindSporeFramework(Framework):
             return NoHandle
 
         def hook(grad):
-            fn(grad)  # what it returns is for a framework that reads .grad again; a hook's result replaces grad
+            if not tracing():
+                fn(grad)  # what it returns is for a framework that reads .grad again; a hook's result replaces grad
+        stand_aside_grad(hook)  # a graph compiler compiles a hook that changes nothing (see jit.py)
         return param.register_hook(hook)
 
 
