@@ -589,3 +589,34 @@ def test_a_task_of_msprobe_that_msprobe_lite_does_not_have_is_still_an_error(tmp
     """Running task statistics when the user asked for acc_check would hand them the wrong data."""
     (problem,) = error_of(tmp_path, {**MSPROBE_PACKAGED, "task": "acc_check"}).problems
     assert problem.path == "task" and problem.value == "acc_check"
+
+
+DEFERRED = """
+import json, os, sys
+import mindspore, torch
+import msprobe_lite
+first, second = sys.argv[1], sys.argv[2]
+os.chdir(first)
+with open("cfg.json", "w") as f:
+    json.dump({"dump_path": "./out", "level": "L0"}, f)
+debugger = msprobe_lite.PrecisionDebugger(config_path="cfg.json")  # both imported: the adapter comes at start()
+os.chdir(second)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+debugger.start(model=model)
+model(torch.ones(1, 4)).sum().backward()
+debugger.stop()
+debugger.step()
+print(sorted(os.listdir(os.path.join(first, "out", "step0", "rank"))), os.listdir(second))
+"""
+
+
+def test_the_framework_picking_debugger_keeps_its_paths_across_a_chdir(tmp_path):
+    """msprobe_lite.PrecisionDebugger with both frameworks imported reads the config again at start(): the
+    file and the dump are where they were when it was made, not below the folder of the moment."""
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    done = subprocess.run([sys.executable, "-c", DEFERRED, str(tmp_path / "first"), str(tmp_path / "second")],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['construct.json', 'dump.json', 'stack.json'] []"
