@@ -219,26 +219,40 @@ def test_a_step_trained_off_the_main_thread_is_written_on_sigterm(tmp_path):
 
 # -- a signal while a large step is being written -----------------------------------------------------------------
 SLOW_WRITE = """
-import sys, time, torch
+import os, signal, sys, time, torch
 import msprobe_lite.core.writer as W
 from msprobe_lite.pytorch import PrecisionDebugger
 
 pieces = W.dump_json_chunks
 
-def slowly(header, records, per=4096):     # a large step on a slow disk: dump.json takes seconds to write
+def slowly(header, records, per=4096):     # a large step on a slow disk: the signal comes mid-write
     for n, piece in enumerate(pieces(header, records, per=50)):
-        if n == 2:
+        if n == 2:                         # two pieces written: the test signals, then lets the write go on
             print("writing", file=sys.stderr, flush=True)
-        time.sleep(0.1 if n >= 2 else 0)
+            deadline = time.monotonic() + 60
+            while not os.path.exists({dump!r} + ".go") and time.monotonic() < deadline:
+                time.sleep(0.01)
         yield piece
 
+class Preempted(Exception):
+    pass
+
+def preempted(signum, frame):              # a handler of the user's that raises the user's own exception
+    raise Preempted("SIGTERM")
+
+if {raising!r}:
+    signal.signal(signal.SIGTERM, preempted)
 W.dump_json_chunks = slowly
 d = PrecisionDebugger(dump_path={dump!r}, level="L1", task="statistics")
 d.start()
 x = torch.zeros(4)
 for _ in range({calls}):
     x = torch.add(x, 1.0)
-d.stop()
+try:
+    d.stop()
+except Preempted:
+    print("preempted", file=sys.stderr, flush=True)
+    sys.exit(5)
 print("written", file=sys.stderr, flush=True)
 """
 CALLS = 1000
@@ -247,20 +261,30 @@ CALLS = 1000
 def test_sigterm_while_a_large_step_is_written_leaves_it_whole_and_no_temporary_file(tmp_path):
     """Before: the handler wrote dump.json anew inside the interrupted write and killed the process, leaving the
     interrupted write's half-written dump.json.tmp-* of several MB. Now the interrupted write finishes first,
-    then the process dies of the SIGTERM."""
-    dump = tmp_path / "dump"
-    proc = spawn(SLOW_WRITE.format(dump=str(dump), calls=CALLS))
-    wait_for(proc, "writing")
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == -signal.SIGTERM and "internal failure" not in err, err
-    records = data(dump)
-    assert list(records) == [f"Torch.add.{i}.forward" for i in range(CALLS)]
-    for i, record in records.items():
-        n = int(i.split(".")[2]) + 1
-        assert (record["output"][0]["Max"], record["output"][0]["Min"]) == (n, n)
-    assert leftovers(dump) == []
-    every_json_is_whole(dump)
+    then the process dies of the SIGTERM; or, with a handler of the user's that raises, the user's exception
+    comes out of stop(), where the signal arrived, not swallowed as a failure of the debugger's."""
+    runs = {}
+    for raising in (False, True):
+        dump = tmp_path / str(raising)
+        runs[raising] = spawn(SLOW_WRITE.format(dump=str(dump), calls=CALLS, raising=raising)), dump
+    for raising, (proc, dump) in runs.items():
+        wait_for(proc, "writing")
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)                                  # the signal is handled, or held back, by now
+        open(str(dump) + ".go", "w").close()
+        _, err = proc.communicate(timeout=120)
+        assert "internal failure" not in err, (raising, err)
+        if raising:
+            assert proc.returncode == 5 and "preempted" in err, err
+        else:
+            assert proc.returncode == -signal.SIGTERM, err
+        records = data(dump)
+        assert list(records) == [f"Torch.add.{i}.forward" for i in range(CALLS)], raising
+        for i, record in records.items():
+            n = int(i.split(".")[2]) + 1
+            assert (record["output"][0]["Max"], record["output"][0]["Min"]) == (n, n)
+        assert leftovers(dump) == [], raising
+        every_json_is_whole(dump)
 
 
 def test_what_a_sigkill_mid_write_leaves_is_what_the_docs_say(tmp_path):
@@ -271,9 +295,8 @@ def test_what_a_sigkill_mid_write_leaves_is_what_the_docs_say(tmp_path):
     from msprobe_lite.compare.read import _rank_dirs
 
     dump = tmp_path / "dump"
-    proc = spawn(SLOW_WRITE.format(dump=str(dump), calls=CALLS))
+    proc = spawn(SLOW_WRITE.format(dump=str(dump), calls=CALLS, raising=False))
     wait_for(proc, "writing")
-    time.sleep(0.3)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL

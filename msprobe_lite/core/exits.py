@@ -22,7 +22,7 @@ import threading
 import weakref
 
 from . import writer
-from .safety import log
+from .safety import log, users_work
 
 _live: "weakref.WeakSet" = weakref.WeakSet()
 _writing = threading.local()      # depth: this thread is inside a session's write
@@ -63,7 +63,8 @@ class writing:
 
     def __exit__(self, *exc):
         _writing.depth -= 1
-        while not _writing.depth and _deferred:
+        # only the main thread runs signal handlers, so only its writes hold SIGTERMs back
+        while not _writing.depth and _deferred and threading.current_thread() is threading.main_thread():
             handler, signum, frame = _deferred.pop(0)
             handler.handle(signum, frame)
 
@@ -83,7 +84,8 @@ class _Handler:
     def handle(self, signum, frame):
         if callable(self.previous):
             write_all_so_far()
-            self.previous(signum, frame)
+            with users_work:  # what it raises is the user's, even where it surfaces inside the debugger's code
+                self.previous(signum, frame)
         elif signal.getsignal(signum) is self:  # the default action
             flush_all()
             signal.signal(signum, signal.SIG_DFL)
