@@ -100,6 +100,43 @@ class SavedTensor:
         return self.summary.finite()
 
 
+class UnwrittenTensor(SavedTensor):
+    """A saved tensor whose file is not on disk when the step is written (a full disk, its folder deleted
+    mid-step): the record keeps the file's name and says why in `data_error` (docs/format.md), so compare
+    errs on that record alone instead of giving up on the dump. Formatted through `to_json` by both routes
+    (it is not a SavedTensor to the C route's exact type check)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, saved: SavedTensor, error: str):
+        super().__init__(saved.summary, saved.data_name)
+        self.error = error
+
+    def to_json(self) -> dict:
+        return {**self.summary.to_json(self.data_name), "data_error": self.error}
+
+    def json_text(self) -> str:
+        return json.dumps(self.to_json())
+
+
+def mark_unwritten(value, missing: dict, marked: list):
+    """`value` (an encoded record part) with each SavedTensor whose file name is in `missing` (name -> why)
+    replaced by an UnwrittenTensor, appended to `marked`; lists and dicts are updated in place. One marked
+    before keeps its first reason."""
+    if isinstance(value, SavedTensor):
+        why = missing.get(value.data_name)
+        if why is None or isinstance(value, UnwrittenTensor):
+            return value
+        marked.append(UnwrittenTensor(value, why))
+        return marked[-1]
+    if isinstance(value, list):
+        value[:] = [mark_unwritten(v, missing, marked) for v in value]
+    elif isinstance(value, dict):
+        for key, v in value.items():
+            value[key] = mark_unwritten(v, missing, marked)
+    return value
+
+
 class PendingStats:
     """Statistics that are still a small device tensor (`device_value`, of some `kind` the adapter knows);
     `core.summary.resolve_pending` fills `summary.stats` when the step is written."""

@@ -14,7 +14,7 @@ import threading
 from . import exits, writer
 from .filters import RecordFilter, matches_fragment
 from .naming import counterpart, params_grad_calls
-from .records import Record, all_finite, summaries_in
+from .records import Record, all_finite, mark_unwritten, summaries_in
 from .safety import log, report_failure, report_unwritable
 from .stacks import StackCollector
 
@@ -344,6 +344,8 @@ class Session:
                 folder = self.folder()
                 writer.write_step(folder, self.header(), records, stacks, construct, data_file, self.prepared.take)
                 self.files.wait()
+                if self.tensor_files and self._mark_unwritten(records):  # dump.json says which files are not there
+                    writer.write_step(folder, self.header(), records, stacks, construct, data_file)
                 self._remove_orphan_files()
                 self.prepared.written(folder)
                 self.dirty = False
@@ -361,6 +363,23 @@ class Session:
         if files:
             self.orphan_files.extend(files)
             self.dirty = True  # so that the step's flush comes and removes them, even with nothing else new
+
+    def _mark_unwritten(self, records: list) -> bool:
+        """Once the writer thread is done: each tensor file of the step that is not on disk (its write failed,
+        or its folder was deleted mid-step) marked in its record, so that compare errs on that record alone
+        rather than stopping at the missing file. True when a record got a new mark (a stat per file: small
+        beside writing the file)."""
+        failed, self.files.failed = self.files.failed, {}
+        missing: dict = {}
+        for name, paths in self.tensor_files.items():
+            for path in paths:
+                if path in failed or not os.path.lexists(path):
+                    missing.setdefault(name, {})[os.path.basename(path)] = _not_written(failed.get(path))
+        marked: list = []
+        for record in records:
+            if record.name in missing:
+                record.data = mark_unwritten(record.data, missing[record.name], marked)
+        return bool(marked)
 
     def _remove_orphan_files(self) -> None:
         for path in self.orphan_files:
@@ -390,6 +409,13 @@ class Session:
         self.files = writer.FileQueue()   # the parent's writer thread does not exist here
         self.prepared.drop()              # what the parent made ahead is the parent's
         self.prepared = writer.Prepared(self.files)
+
+
+def _not_written(exc) -> str:
+    """Why a tensor file is not on disk, for its record's `data_error`."""
+    if exc is None:
+        return "not on disk when the step was written: its folder was deleted, or the file removed"
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
 
 
 class _Released:

@@ -401,6 +401,7 @@ class FileQueue:
         self._pending = 0   # queued or running; may dip below 0 while an interrupted submit() is unfinished
         self._thread = None
         self._os_failed = False
+        self.failed: dict = {}  # where -> the error of its failed write: the session marks those files unwritten
 
     def submit(self, write, where: str) -> None:
         with self._changed:
@@ -427,12 +428,14 @@ class FileQueue:
             try:
                 write()
             except OSError as exc:
+                self.failed[where] = exc
                 # a full disk or a lost permission fails every later file too, with causes that follow from
                 # the first (a missing file to link): the first one is the report
                 if not self._os_failed:
                     self._os_failed = True
                     report_unwritable(where, exc)
             except Exception as exc:  # noqa: BLE001 - a lost file is reported; training goes on
+                self.failed[where] = exc
                 report_failure(where, exc, site="tensor file writer")
             finally:
                 with self._changed:
