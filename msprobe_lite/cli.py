@@ -54,7 +54,7 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"msprobe-lite compare: {error}", file=sys.stderr)
         return 2
     print(f"results: {', '.join(summary.files)}")
-    return 0
+    return 1 if summary.nothing_paired else 0  # compared nothing: no evidence that the runs agree
 
 
 def _positive_int(text: str) -> int:
@@ -86,10 +86,11 @@ def _add_compare(subparsers: argparse._SubParsersAction) -> None:
 def _overflow_check(args: argparse.Namespace) -> int:
     from .compare.overflow import analyse
     from .compare.read import DumpError
+    from .compare.report import OutputError
 
     try:
         analyse(args.input_path, args.output_path)
-    except DumpError as error:
+    except (DumpError, OutputError) as error:
         print(f"msprobe-lite overflow_check: {error}", file=sys.stderr)
         return 2
     return 0

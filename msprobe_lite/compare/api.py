@@ -15,7 +15,7 @@ from ..core.writer import write_atomic
 from . import report, tensors
 from .frameworks import namespace_free, translations
 from .judge import (ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, Judge, across_ranks,
-                    record_eps, same_dtype)
+                    files_only, record_eps, same_dtype)
 from .metrics import eps_of
 from .pair import dtype_kind, is_module, pair_records, split_name
 from .read import DumpError, load_dump, pair_inputs, place, resolve
@@ -41,6 +41,13 @@ class Summary:
     def to_json(self) -> dict:
         return {"mode": self.mode, "pairs": self.pairs, "not_compared": self.not_compared,
                 "across_ranks": self.across_ranks}
+
+    @property
+    def nothing_paired(self) -> bool:
+        """Whether some step/rank pair compared nothing: no record of one dump met one of the other (an
+        empty target against a full golden). The command exits 1 then: a run that compared nothing is no
+        evidence that the runs agree."""
+        return any(pair["nothing_paired"] for pair in self.pairs)
 
 
 def _mode(target, golden) -> str:
@@ -501,7 +508,9 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         # full step: in the table, not the answer line's first warning (a setting that differs still is)
         warned = verdict.result == WARNING and not (direction == "forward" and backward_begun and all(
             r.startswith(("amplified", "aligned with")) for r in verdict.reasons))
-        if (first is None and verdict.introduced) or (first_error is None and verdict.result == ERROR) or \
+        # a record that errs only for a tensor file not read is said apart (console_line), not as the first error
+        erred = verdict.result == ERROR and not files_only(verdict)
+        if (first is None and verdict.introduced) or (first_error is None and erred) or \
                 (first_seen is None and verdict.first_seen) or (first_warning is None and warned):
             found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
                      "stack": stack,
@@ -511,7 +520,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                 erred = first_error if first_error and pair.target in first_error["parents"] else None
                 if erred and is_module(pair.target):  # mix: a call inside it erred first (NaN from a -inf row)
                     found["reason"] += f"; inside it, {erred['name']} erred first: {erred['reason']}{report.at(erred)}"
-            if first_error is None and verdict.result == ERROR:
+            if first_error is None and erred:
                 first_error = found
             if first_warning is None and warned:
                 first_warning = found
@@ -534,7 +543,10 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                     "counts": counts, "first_divergence": first, "first_only_in_target": extra,
                     "first_only_in_golden": missing_call if left_out <= max(3, paired_forward // 10) else None,
                     "first_error": first_error, "first_seen": first_seen, "first_warning": first_warning,
-                    "note": note,
+                    "note": note, "records": {"target": len(target.records), "golden": len(golden.records)},
+                    "tensor_files_not_read": judge.files_not_read,
+                    # no record of one run met one of the other: nothing was compared (exit status 1)
+                    "nothing_paired": not (counts[PASS] or counts[WARNING] or counts[ERROR]),
                     "result_file": csv_path}
     return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules}
 
@@ -574,9 +586,19 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
         inputs, left = pair_inputs(target, golden)
     except DumpError as exc:
         raise CompareError(str(exc)) from None
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise CompareError(f"{output_dir}: exists and is not a folder (expected the output folder)")
-    os.makedirs(output_dir, mode=0o750, exist_ok=True)
+    try:
+        report.output_folder(output_dir)
+        return _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers)
+    except report.OutputError as exc:
+        raise CompareError(str(exc)) from None
+    except BrokenPipeError:  # the console's reader left (`| head`): the command's business, not the folder's
+        raise
+    except OSError as exc:  # reading raises DumpError: what is left is writing the results
+        raise CompareError(str(report.unwritable(exc, output_dir))) from None
+
+
+def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers) -> Summary:
+    """Every step/rank pair compared and written to `output_dir`, with summary.json and report.html."""
     timestamp = time.strftime("%Y%m%d%H%M%S")
     tty = sys.stderr.isatty() and not quiet
     summary, details = None, []

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from .metrics import STATS, eps_of, finite, magnitude, noise_error, numel, stat_error, stat_measures
 from .pair import dtype_kind, is_module, split_name
 from .rows import INPUT, OUTPUT, params_grad_owner
+from .tensors import UNWRITTEN
 
 PASS, WARNING, ERROR, UNMATCHED = "pass", "warning", "error", "unmatched"
 _RANK = {PASS: 0, WARNING: 1, ERROR: 2, UNMATCHED: 3}
@@ -86,6 +87,8 @@ _PARTED_BEFORE_API = ("the runs parted before this call: in the input data, in a
                       "amplified a smaller difference")
 
 MD5_DIFFERS = "md5 differs"
+# a tensor file that could not be read (not written when dumped, missing, a symbolic link): its record errs
+TENSOR_FILE_NOT_READ = "tensor file not read: "
 
 # a module's backward inputs before any is judged: (largest magnitude, largest size, coarsest eps)
 NO_GRAD_INPUTS = (0.0, 1, 0.0)
@@ -174,6 +177,12 @@ def _by_position(suffix: str) -> bool:
     return len(parts) > 1 and parts[1].isdigit()
 
 
+def files_only(verdict) -> bool:
+    """Whether a verdict's reasons are tensor files that could not be read (and the pairing's note), no
+    difference of the numbers."""
+    return all(r.startswith((TENSOR_FILE_NOT_READ, "aligned with ")) for r in verdict.reasons)
+
+
 def _worse(a: str, b: str) -> str:
     return a if _RANK[a] >= _RANK[b] else b
 
@@ -199,6 +208,7 @@ class Judge:
         self._across = tail is not None or golden_tail is not None  # two frameworks: one side is translated
         self.columns = COLUMNS[mode]
         self.measure = measure   # tensor mode: (t_dump, t_obj, g_dump, g_obj) -> tensors.measure() result
+        self.files_not_read: list = []  # tensor mode: why each tensor file that could not be read was not
         self._blank = dict.fromkeys(self.columns)
 
     # -- one row -------------------------------------------------------------------------------------------
@@ -257,7 +267,14 @@ class Judge:
         if not t.get("data_name") or not g.get("data_name"):
             problems.append("tensor file missing on one side: compared on statistics")
             return stat_error(t, g)
-        m = self.measure(t_dump, t, g_dump, g)
+        unwritten = [(side, obj) for side, obj in (("target", t), ("golden", g)) if UNWRITTEN in obj]
+        m = {"file_error": "; ".join(f"the {side}'s {obj['data_name']} was not written when it was dumped "
+                                     f"({obj[UNWRITTEN]})" for side, obj in unwritten)} if unwritten else \
+            self.measure(t_dump, t, g_dump, g)
+        if "file_error" in m:  # the record errs with it; the row is still compared on its statistics
+            problems.append(TENSOR_FILE_NOT_READ + m["file_error"])
+            self.files_not_read.append(m["file_error"])
+            return stat_error(t, g)
         if "shapes" in m:
             problems.append(f"tensor files differ in shape: {m['shapes'][0]} vs {m['shapes'][1]}")
             return math.inf
@@ -509,7 +526,7 @@ class Judge:
             result, own = verdict.result, None
             for p in problems:
                 severity = ERROR if p.startswith(("shape", "dtype", "target output has NaN", "tensor files",
-                                                  MD5_DIFFERS)) \
+                                                  MD5_DIFFERS, TENSOR_FILE_NOT_READ)) \
                     else UNMATCHED if p.startswith((_ROW_ONLY, *_ROWS_OWN)) else WARNING
                 result = _worse(result, severity)
                 if p.startswith(_ROWS_OWN):  # the row's own result, not the call's

@@ -6,10 +6,10 @@ import math
 import os
 
 from ..core.naming import params_grad_calls
-from ..core.writer import make_dirs, write_atomic
+from ..core.writer import write_atomic
 from .metrics import finite
 from .read import DumpError, load_dump, place, resolve
-from .report import at
+from .report import at, output_folder, unwritable
 from .rows import INPUT, OUTPUT
 
 
@@ -55,10 +55,12 @@ def analyse(path: str, output_dir: str | None = None, quiet: bool = False) -> di
     try:
         dumps = resolve(path)
     except DumpError as exc:  # an overflow_check run writes a step's folder only when the step overflowed
-        if os.path.isdir(os.path.dirname(os.path.abspath(path))) or os.path.isdir(path):
+        if os.path.isdir(path) or (not os.path.lexists(path) and os.path.isdir(os.path.dirname(os.path.abspath(path)))):
             raise DumpError(f"{exc} (a dump of task overflow_check has a step folder only for a step that "
                             f"overflowed: none there means no call made NaN/Inf)") from None
         raise
+    output_dir = output_dir or "."
+    output_folder(output_dir)  # before the analysis: a bad -o is said at once
     for step, rank, dump_json in dumps:
         found, seen = first_overflow(load_dump(dump_json, step, rank))
         result["ranks"].append({"step": step, "rank": rank, "dump": dump_json, "first_overflow": found,
@@ -73,9 +75,8 @@ def analyse(path: str, output_dir: str | None = None, quiet: bool = False) -> di
                       f"is not recorded (at L0, between modules) or given as an argument (a -inf mask)")
             else:
                 print(f"[{where}] no call turns finite inputs into NaN/Inf")
-    output_dir = output_dir or "."
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise DumpError(f"{output_dir}: exists and is not a folder (expected the output folder)")
-    make_dirs(output_dir)
-    write_atomic(os.path.join(output_dir, "overflow_summary.json"), json.dumps(result, indent=1))
+    try:
+        write_atomic(os.path.join(output_dir, "overflow_summary.json"), json.dumps(result, indent=1))
+    except OSError as exc:
+        raise unwritable(exc, output_dir) from None
     return result

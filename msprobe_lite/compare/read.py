@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 
@@ -76,7 +77,7 @@ class Dump:
 
 def _load_json(path: str, what: str):
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_regular(path) as f:
             return json.load(f)
     except FileNotFoundError:
         raise DumpError(f"{path}: no such file ({what})") from None
@@ -84,8 +85,31 @@ def _load_json(path: str, what: str):
         message = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg  # "Unterminated string starting at"
         raise DumpError(f"{path}: not valid JSON ({what}): {message} at line {exc.lineno}, "
                         f"column {exc.colno} -- is the file truncated?") from None
+    except RecursionError:  # json's C decoder stops at Python's recursion limit (about 1,000 levels)
+        raise DumpError(f"{path}: values nested too deep to read ({what}): a dump nests a few levels") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DumpError(f"{path}: cannot be read ({what}): {exc}") from None
+
+
+def open_regular(path: str, mode: str = "r"):
+    """`path` opened for reading if it is a regular file. Opened without blocking, so a FIFO (or a device)
+    put where a dump file belongs is refused at once rather than waited on forever."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DumpError(f"{path}: not a regular file ({_kind(os.fstat(fd).st_mode)}): expected a dump file")
+        return open(fd, mode, encoding=None if "b" in mode else "utf-8", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a plain file"
 
 
 def _texts(value) -> bool:
@@ -129,23 +153,45 @@ def load_dump(dump_json: str, step: int | None = None, rank: int | None = None) 
         raise DumpError(f"{dump_json}: not a dump.json: expected an object with a \"data\" object "
                         f"(got {type(content).__name__}{' without data' if isinstance(content, dict) else ''})")
     debug = content.get("level") == "debug"  # save() of a list or tuple: a list record
+    if "" in content["data"]:  # a name is where a record sits in the code; an empty one pairs as "no record"
+        raise DumpError(f"{dump_json}: a record named \"\" (an empty name): expected a record name such as "
+                        f"\"Functional.linear.0.forward\"")
     for name, record in content["data"].items():
         if not isinstance(record, dict) and not (debug and isinstance(record, list)):
             raise DumpError(f"{dump_json}: record {name!r} is a {type(record).__name__}, expected an object")
     folder = os.path.dirname(os.path.abspath(dump_json))
     stack_file = os.path.join(folder, "stack.json")
-    stacks = _load_stacks(stack_file) if os.path.exists(stack_file) else {}
+    stacks = _load_stacks(stack_file) if os.path.lexists(stack_file) else {}
     construct_file = os.path.join(folder, "construct.json")
-    parents = _load_parents(construct_file) if os.path.exists(construct_file) else {}
-    data_dir = content.get("dump_data_dir")
-    if data_dir is not None and not isinstance(data_dir, str):
-        raise DumpError(f"{dump_json}: \"dump_data_dir\" is {data_dir!r}, expected a folder path or null")
-    local = os.path.join(folder, "dump_tensor_data")
-    if os.path.isdir(local):
-        data_dir = local  # the dump may have been moved since it was written
-    return Dump(path=dump_json, step=step, rank=rank, task=str(content.get("task", "statistics")),
+    parents = _load_parents(construct_file) if os.path.lexists(construct_file) else {}
+    task = str(content.get("task", "statistics"))
+    return Dump(path=dump_json, step=step, rank=rank, task=task,
                 level=str(content.get("level", "")), framework=str(content.get("framework", "")),
-                data_dir=data_dir, records=content["data"], stacks=stacks, parents=parents)
+                data_dir=_tensor_folder(dump_json, folder, content.get("dump_data_dir"), task),
+                records=content["data"], stacks=stacks, parents=parents)
+
+
+TENSOR_FOLDER = "dump_tensor_data"
+
+
+def _tensor_folder(dump_json: str, folder: str, named, task: str) -> str:
+    """Where the dump's tensor files are: always its own `dump_tensor_data` folder beside dump.json. The
+    `dump_data_dir` it names is where the folder was when it was written: the same place, or a place the
+    dump has since been moved from. It is never followed elsewhere: a dump must not make compare read files
+    outside it. A dump of task tensor (whose files are compared) that names another place and has no folder of
+    its own is refused, and so is a folder that is a symbolic link."""
+    if named is not None and not isinstance(named, str):
+        raise DumpError(f"{dump_json}: \"dump_data_dir\" is {named!r}, expected a folder path or null")
+    local = os.path.join(folder, TENSOR_FOLDER)
+    if task != "tensor":  # only a dump of task tensor has its files compared
+        return local
+    if os.path.islink(local):
+        raise DumpError(f"{local}: a symbolic link (to {os.readlink(local)}): refused, tensor files are read "
+                        f"only from a plain folder inside the dump")
+    if named and not os.path.lexists(local) and ("\0" in named or os.path.realpath(named) != os.path.realpath(local)):
+        raise DumpError(f"{dump_json}: \"dump_data_dir\" is {named!r}, outside the dump, and the dump has no "
+                        f"{TENSOR_FOLDER} folder of its own: refused, tensor files are read only from {local}")
+    return local
 
 
 def _rank_number(name: str):
@@ -194,8 +240,18 @@ def _rank_dirs(step_dir: str) -> list:
 
 def resolve(path: str) -> list:
     """[(step, rank, dump.json path)] for whatever `path` is."""
+    try:
+        return _resolve(path)
+    except OSError as exc:  # a folder that cannot be listed (its permission), a name too long
+        raise DumpError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+
+
+def _resolve(path: str) -> list:
     if not os.path.exists(path):
         raise DumpError(f"{path}: no such file or folder")
+    if not os.path.isfile(path) and not os.path.isdir(path):  # never opened: a FIFO would block
+        raise DumpError(f"{path}: {_kind(os.stat(path).st_mode)}, expected a dump.json, a rank or step folder, "
+                        f"or a dump root")
     if os.path.isfile(path):
         folder = os.path.dirname(os.path.abspath(path))
         return [(_step_number(os.path.dirname(folder)), _rank_number(os.path.basename(folder)), path)]

@@ -9,10 +9,40 @@ import math
 import operator
 import os
 
-from ..core.writer import FILE_MODE, write_atomic
+from ..core.writer import FILE_MODE, make_dirs, write_atomic, write_bytes_atomic
 from .read import place
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+class OutputError(ValueError):
+    """An output folder that cannot be made or written to, named with the reason."""
+
+
+def output_folder(path: str) -> None:
+    """Make the output folder (every level made with the dump's folder mode, 0o750), or say in one line why
+    it cannot be: a dangling symbolic link, a file in the way, a file system that refuses folders (/proc)."""
+    if os.path.islink(path) and not os.path.exists(path):
+        raise OutputError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist (expected the "
+                          f"output folder, or a name for it)")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputError(f"{path}: exists and is not a folder (expected the output folder)")
+    try:
+        make_dirs(path)
+    except OSError as exc:
+        above = os.path.dirname(os.path.abspath(path))
+        while not os.path.lexists(above) and os.path.dirname(above) != above:
+            above = os.path.dirname(above)
+        why = f"{above} is not a folder" if not os.path.isdir(above) else \
+            f"{exc.strerror} (the file system at {above} takes no new folders)" \
+            if isinstance(exc, FileNotFoundError) else exc.strerror
+        raise OutputError(f"{path}: cannot make the output folder: {why}") from None
+
+
+def unwritable(exc: OSError, folder: str) -> OutputError:
+    """A write into the output folder that failed (a full disk, a folder that takes no files), in one line."""
+    return OutputError(f"{exc.filename or folder}: cannot write: {exc.strerror or exc} (check the output "
+                       f"folder {folder})")
 
 
 def cell(value):
@@ -87,6 +117,7 @@ class CsvSink:
         self.pool = self.futures = None
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
         with open(fd, "w", newline="", encoding="utf-8") as f:
+            os.fchmod(fd, FILE_MODE)  # the dump's mode, whatever the umask (as writer.write_atomic)
             csv.writer(f).writerow(columns)
         if background:
             from concurrent.futures import ProcessPoolExecutor
@@ -139,7 +170,9 @@ def write_xlsx(path: str, columns: list, rows: list) -> None:
         if fill:
             for c in sheet[sheet.max_row]:
                 c.fill = fill
-    book.save(path)
+    data = io.BytesIO()
+    book.save(data)  # openpyxl would write with the umask's mode: written as every other file instead
+    write_bytes_atomic(path, data.getbuffer())
 
 
 def console_line(pair: dict) -> str:
@@ -165,8 +198,25 @@ def console_line(pair: dict) -> str:
              f"; first warning: {warned['name']} -- {warned['reason']}{at(warned)}" if warned else "")
     else:
         head = f"first divergence: {fd['name']} -- {fd['reason']}{at(fd)}" + (f"; before it, {only}" if only else "")
+    if pair.get("nothing_paired"):
+        head = _nothing_paired(pair["records"]["target"], pair["records"]["golden"])
+    unread = pair.get("tensor_files_not_read") or []
+    if unread:  # each such record erred with it; the rest was compared
+        head += (f"; {len(unread)} tensor file{'s' if len(unread) > 1 else ''} not read, {'their' if len(unread) > 1 else 'its'} "
+                 f"record{'s' if len(unread) > 1 else ''} erred (first: {unread[0]})")
     note = f" ({pair['note']})" if pair.get("note") else ""
     return f"[{where}]{note} {head}; {counts}"
+
+
+def _nothing_paired(target: int, golden: int) -> str:
+    """The answer of a compare in which no record met one of the other dump: nothing was compared."""
+    if not target or not golden:
+        held = "neither dump holds a record" if not target and not golden else \
+            f"the {'target' if not target else 'golden'} holds no record, the {'golden' if not target else 'target'} " \
+            f"{golden or target}"
+        return f"nothing paired: {held} (a run that recorded nothing: check its config's step, rank and filters)"
+    return (f"nothing paired: none of the target's {target} records meets one of the golden's {golden} (dumps of "
+            f"other models, or names that need a mapping, -dm)")
 
 
 def across_ranks_line(verdict: dict) -> str:

@@ -10,11 +10,15 @@ the largest tensor and the main process holds none.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 
 from .metrics import eps_of, numel, tensor_metrics
+from .rows import plain_file_name
 
+# a tensor object's field saying that its file was not written when it was dumped, and why (docs/format.md)
+UNWRITTEN = "data_error"
 PARALLEL_MIN_ELEMENTS = 1 << 22   # below this much work (about 0.2 s), starting processes costs more than it saves
 
 
@@ -24,9 +28,7 @@ class TensorFileError(ValueError):
 
 def tensor_path(dump, data_name) -> str:
     """Where the dump keeps the tensor file it names `data_name`."""
-    if not isinstance(data_name, str):
-        raise TensorFileError(f"{dump.path}: \"data_name\" is {data_name!r}, expected a tensor file name")
-    if not data_name or data_name in (".", "..") or any(c in data_name for c in ("/", "\\", "\0")):
+    if not plain_file_name(data_name):  # rows.Row refuses such a name first: this is for other callers
         raise TensorFileError(f"{dump.path}: \"data_name\" {data_name!r} is not a plain file name inside "
                               f"the tensor folder (no path separators, no '..'): refused")
     return os.path.join(dump.data_dir or "", data_name)
@@ -36,8 +38,16 @@ def load_tensor(path: str, named_by: str):
     """The tensor in `path`: a numpy array for .npy and for dtypes numpy has, a torch tensor for bf16/fp16
     (numpy has no bf16: the metrics convert it to float64 a chunk at a time). Memory-mapped where the file
     allows, so only the chunk being measured is in memory."""
-    if not os.path.isfile(path):
-        raise TensorFileError(f"{path}: tensor file missing (named by {named_by})")
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:  # gone (a dump folder deleted mid-step, a full disk), or not reachable
+        why = "missing" if isinstance(exc, FileNotFoundError) else f"cannot be read: {exc.strerror}"
+        raise TensorFileError(f"{path}: {why} (named by {named_by})") from None
+    if stat.S_ISLNK(mode):  # a dump must not make compare read what lies outside it
+        raise TensorFileError(f"{path}: a symbolic link (to {os.readlink(path)}): refused, tensor files are read "
+                              f"only as plain files inside the dump (named by {named_by})")
+    if not stat.S_ISREG(mode):  # a FIFO would block the read
+        raise TensorFileError(f"{path}: not a plain file: refused (named by {named_by})")
     try:
         if path.endswith(".npy"):
             import numpy as np
@@ -60,10 +70,14 @@ def _shape(array) -> tuple:
 
 def measure(job: tuple) -> dict:
     """Metrics of one row pair: job = (target file, golden file, target dump.json, golden dump.json, eps).
-    {"shapes": (t, g)} when the files hold different numbers of elements."""
+    {"shapes": (t, g)} when the files hold different numbers of elements; {"file_error": why} when one of
+    them cannot be read (missing, a symbolic link, not a tensor)."""
     t_path, g_path, t_json, g_json, eps = job
-    a = load_tensor(t_path, t_json)
-    b = load_tensor(g_path, g_json)
+    try:
+        a = load_tensor(t_path, t_json)
+        b = load_tensor(g_path, g_json)
+    except TensorFileError as exc:  # that row's problem (its record errs); every other row is compared
+        return {"file_error": str(exc)}
     if _shape(a) != _shape(b):
         return {"shapes": (_shape(a), _shape(b))}
     return tensor_metrics(a, b, eps)
@@ -82,7 +96,8 @@ def jobs(pairs, target, golden) -> list:
             if g_row is None or not (t_row.is_tensor and g_row.is_tensor):
                 continue
             t, g = t_row.obj, g_row.obj
-            if not (t.get("data_name") and g.get("data_name")) or list(t_row.shape or []) != list(g_row.shape or []):
+            if not (t.get("data_name") and g.get("data_name")) or list(t_row.shape or []) != list(g_row.shape or []) \
+                    or UNWRITTEN in t or UNWRITTEN in g:  # a file not written when dumped: the judge says so
                 continue
             key = (tensor_path(target, t["data_name"]), tensor_path(golden, g["data_name"]))
             if key not in seen:

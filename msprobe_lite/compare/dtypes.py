@@ -1,0 +1,49 @@
+"""The dtype names a dump's tensor objects may carry: PyTorch's, MindSpore's and numpy's.
+
+A tensor object whose dtype is none of them (`torch.float99`) is off-format: judged, it read as an exact
+type of its own (no machine epsilon, no float kind), so its call could pass or err on a name. Known names
+are remembered as they are seen, so the check costs one set lookup per tensor of a large dump.
+"""
+from __future__ import annotations
+
+# spelled without the framework's prefix, in lower case (`torch.float32`, `Float32`, `mindspore.float32`)
+_NAMES = frozenset((
+    # PyTorch
+    "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "bfloat16",
+    "float32", "float64", "complex32", "complex64", "complex128", "qint8", "quint8", "qint32", "quint4x2",
+    "quint2x4", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "float4_e2m1fn_x2", "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16", "int1", "int2", "int3", "int4",
+    "int5", "int6", "int7", "uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7",
+    "half", "float", "double", "long", "int", "short", "cfloat", "cdouble",
+    # MindSpore (Float32, BFloat16, Float8E4M3FN, HiFloat8, Int4, UInt8, String, ...)
+    "float8e4m3fn", "float8e5m2", "hifloat8", "uint", "number", "string",
+    # numpy's names beyond those (ml_dtypes' bfloat16 is above)
+    "float128", "complex256", "longdouble", "clongdouble", "object", "str", "bytes", "void",
+    "none",  # a dtype that could not be read when the tensor was dumped (written as null)
+))
+KNOWN: set = set()   # exact spellings already accepted (rows.Row looks here first)
+
+
+def known_dtype(dtype: str, kind=None) -> bool:
+    """Whether `dtype` (a tensor object's dtype, as text) names a dtype. `kind`: the object's type; a numpy
+    array's dtype may be any that numpy reads (`<U5`, `datetime64[ns]`)."""
+    if dtype in KNOWN:
+        return True
+    key = dtype.lower()
+    for prefix in ("torch.", "mindspore."):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
+    ok = key in _NAMES or (kind == "numpy.ndarray" and _numpy_reads(dtype))
+    if ok and len(KNOWN) < 4096:
+        KNOWN.add(dtype)
+    return ok
+
+
+def _numpy_reads(dtype: str) -> bool:
+    try:
+        import numpy as np
+        np.dtype(dtype)
+    except Exception:  # noqa: BLE001 - numpy raises TypeError, ValueError, SyntaxError for odd texts
+        return False
+    return True
