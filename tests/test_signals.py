@@ -240,10 +240,12 @@ class Preempted(Exception):
 def preempted(signum, frame):              # a handler of the user's that raises the user's own exception
     raise Preempted("SIGTERM")
 
-if {raising!r}:
+if {raising!r} == "before":
     signal.signal(signal.SIGTERM, preempted)
 W.dump_json_chunks = slowly
 d = PrecisionDebugger(dump_path={dump!r}, level="L1", task="statistics")
+if {raising!r} == "after":               # replaces the debugger's handler
+    signal.signal(signal.SIGTERM, preempted)
 d.start()
 x = torch.zeros(4)
 for _ in range({calls}):
@@ -262,10 +264,11 @@ def test_sigterm_while_a_large_step_is_written_leaves_it_whole_and_no_temporary_
     """Before: the handler wrote dump.json anew inside the interrupted write and killed the process, leaving the
     interrupted write's half-written dump.json.tmp-* of several MB. Now the interrupted write finishes first,
     then the process dies of the SIGTERM; or, with a handler of the user's that raises, the user's exception
-    comes out of stop(), where the signal arrived, not swallowed as a failure of the debugger's."""
+    comes out of stop(), where the signal arrived, not swallowed as a failure of the debugger's (installed
+    before the debugger, or after it: start() puts the debugger's handler around it)."""
     runs = {}
-    for raising in (False, True):
-        dump = tmp_path / str(raising)
+    for raising in ("", "before", "after"):
+        dump = tmp_path / (raising or "default")
         runs[raising] = spawn(SLOW_WRITE.format(dump=str(dump), calls=CALLS, raising=raising)), dump
     for raising, (proc, dump) in runs.items():
         wait_for(proc, "writing")
@@ -295,7 +298,7 @@ def test_what_a_sigkill_mid_write_leaves_is_what_the_docs_say(tmp_path):
     from msprobe_lite.compare.read import _rank_dirs
 
     dump = tmp_path / "dump"
-    proc = spawn(SLOW_WRITE.format(dump=str(dump), calls=CALLS, raising=False))
+    proc = spawn(SLOW_WRITE.format(dump=str(dump), calls=CALLS, raising=""))
     wait_for(proc, "writing")
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)

@@ -11,7 +11,8 @@ by a handler that chains to the one it replaced:
 A SIGTERM that arrives while this thread writes a step is handled once that write is done, so the write
 is never cut short and never leaves its temporary file. The handler is installed when this module is first
 imported on the main thread (only the main thread may install one), so a debugger made later in a helper
-thread is watched too. A forked child (a DataLoader worker) inherits the sessions but disowns them.
+thread is watched too, and again over a handler the user installs later, at the next start() on the main
+thread. A forked child (a DataLoader worker) inherits the sessions but disowns them.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ _live: "weakref.WeakSet" = weakref.WeakSet()
 _writing = threading.local()      # depth: this thread is inside a session's write
 _deferred: list = []              # SIGTERMs that arrived during a write: (handler, signum, frame)
 _said_unwatched = False
+_installed = False                # the main thread installed a handler of the debugger's once
 
 
 def register(session) -> None:
@@ -98,17 +100,23 @@ class _Handler:
 
 def watch_sigterm() -> None:
     """Install the handler over the current one, on the main thread, unless it is there already, or SIGTERM
-    is ignored, or its handler was not installed from Python."""
-    global _said_unwatched
+    is ignored, or its handler was not installed from Python. Called at import, for each new session and at
+    each start(): a handler the user installs later is wrapped from the next step on, so that a signal in
+    the middle of the debugger's work still reaches it as without the debugger (held back until a write is
+    whole, its exception raised to the user, the step so far on disk if it ends the process)."""
+    global _said_unwatched, _installed
     current = signal.getsignal(signal.SIGTERM)
     if isinstance(current, _Handler) or current is None or current == signal.SIG_IGN:
         return
     if threading.current_thread() is threading.main_thread():
         try:
             signal.signal(signal.SIGTERM, _Handler(current))
+            _installed = True
             return
         except (ValueError, OSError) as exc:  # embedded interpreters may refuse
             reason = str(exc)
+    elif _installed:  # the user's own handler replaced the debugger's: it runs as it is
+        return
     else:
         reason = "msprobe_lite was imported, and the debugger made, off the main thread"
     if not _said_unwatched and _live:

@@ -165,6 +165,7 @@ class Session:
                         "on in step %d (call debugger.step() at the end of each training step; said once)",
                         self.step, self.step)
         self.thread = threading.get_ident()
+        exits.watch_sigterm()  # over a handler the user installed since the last step
         self.forward_on = self.step_open = True
         self.prepared.prepare(self.folder(), writer.step_files(*self._layout()))
         return True
@@ -400,6 +401,22 @@ class Session:
             self.flush()             # the lock is reentrant: this thread holds it already
             self.prepared.discard()
 
+    def write_so_far(self) -> None:
+        """On SIGTERM with a handler of the user's: the step so far on disk, in case that handler ends the
+        process, and nothing made ahead left behind; recording goes on, and the step's end writes it whole.
+        A step recorded by another thread is left to it: writing it here would race its hooks."""
+        if self.step_open and self.thread != threading.get_ident():
+            return
+        if not self._lock.acquire(False):
+            return
+        with _Released(self._lock):
+            recording, self.forward_on = self.forward_on, False  # the write's own calls are not the user's
+            try:
+                self.flush()
+                self.prepared.discard()
+            finally:
+                self.forward_on = recording
+
     def disown(self) -> None:
         """In a forked child: this session belongs to the parent; record nothing, write nothing."""
         self.forward_on = self.step_open = self.dirty = False
@@ -426,22 +443,6 @@ class _Released:
 
     def __enter__(self):
         return self
-    def write_so_far(self) -> None:
-        """On SIGTERM with a handler of the user's: the step so far on disk, in case that handler ends the
-        process, and nothing made ahead left behind; recording goes on, and the step's end writes it whole.
-        A step recorded by another thread is left to it: writing it here would race its hooks."""
-        if self.step_open and self.thread != threading.get_ident():
-            return
-        if not self._lock.acquire(False):
-            return
-        with _Released(self._lock):
-            recording, self.forward_on = self.forward_on, False  # the write's own calls are not the user's
-            try:
-                self.flush()
-                self.prepared.discard()
-            finally:
-                self.forward_on = recording
-
 
     def __exit__(self, *exc):
         self.lock.release()
