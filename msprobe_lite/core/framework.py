@@ -47,7 +47,8 @@ class Framework:
 
     @staticmethod
     def opaque(module) -> bool:
-        """True for a module whose inside is not hooked (compiled): `submodules` does not list what is in it."""
+        """True for a module whose inside runs compiled: the modules `submodules` lists under it get only their
+        parameter-gradient hooks (which run outside compiled code), no forward hooks."""
         return False
 
     @staticmethod

@@ -73,39 +73,48 @@ class ModuleHooks:
             if tree is not None:
                 if len(listed) != len(tree) or any(path not in tree or tree[path][0]() is not module
                                                    for path, module in listed):
-                    self._rehook(root, tree, listed)
+                    self._rehook(root, tree, listed, prefix)
                 continue
             if root is not given:
                 log.info("start(model): recording the %s inside the %s: record names as without the wrapper, so "
                          "that a run with it and one without pair", type(root).__name__, type(given).__name__)
             tree = self._hooked[root] = {}
-            for path, module in listed:
-                self._hook(tree, path, module)
+            self._hook_all(tree, listed, prefix if self.framework.opaque(root) else None)
             if not listed and not self.framework.opaque(root):
                 log.warning("start(model): the %s has no modules inside it, and module records are of the modules "
                             "inside the model given (not of the model itself): it gives none. Pass the network "
                             "that holds it", type(root).__name__)
 
-    def _rehook(self, root, tree: dict, listed: list) -> None:
+    def _rehook(self, root, tree: dict, listed: list, prefix: str) -> None:
         """Hooks removed from the modules no longer at their path, and the modules new at a path hooked."""
         now = dict(listed)
         gone = [path for path, (ref, _) in tree.items() if now.get(path) is not ref()]
         for path in gone:
             for handle in tree.pop(path)[1]:
                 handle.remove()
-        new = [(path, module) for path, module in listed if path not in tree]
-        for path, module in new:
-            self._hook(tree, path, module)
+        new = self._hook_all(tree, listed, prefix if self.framework.opaque(root) else None)
         log.info("start(model): the %s changed since it was hooked: %d modules newly hooked, %d unhooked",
                  type(root).__name__, len(new), len(gone))
 
-    def _hook(self, tree: dict, path: str, module) -> None:
-        handles = []
-        tree[path] = (weakref.ref(module), handles)
-        try:
-            self._hook_module(module, path, handles)
-        except Exception as exc:  # noqa: BLE001 - one odd module must not leave the rest unhooked
-            report_failure(f"hooking {path}", exc, site="hooking a module")
+    def _hook_all(self, tree: dict, listed: list, compiled_root) -> list:
+        """Hooks the listed modules not in `tree` yet; returns them. Modules inside a compiled one (`opaque`,
+        listed after it: a path below its path; all of them when the root is compiled, `compiled_root` its
+        prefix) get parameter-gradient hooks only."""
+        compiled, new = ([] if compiled_root is None else [compiled_root]), []
+        for path, module in listed:
+            inside = any(path.startswith(prefix) for prefix in compiled)
+            if self.framework.opaque(module):
+                compiled.append(path + ".")
+            if path in tree:
+                continue
+            new.append((path, module))
+            handles = []
+            tree[path] = (weakref.ref(module), handles)
+            try:
+                self._hook_module(module, path, handles, forward=not inside)
+            except Exception as exc:  # noqa: BLE001 - one odd module must not leave the rest unhooked
+                report_failure(f"hooking {path}", exc, site="hooking a module")
+        return new
 
     def detach(self) -> None:
         for tree in self._hooked.values():
@@ -114,12 +123,13 @@ class ModuleHooks:
                     handle.remove()
         self._hooked = weakref.WeakKeyDictionary()
 
-    def _hook_module(self, module, path: str, handles: list) -> None:
+    def _hook_module(self, module, path: str, handles: list, forward: bool = True) -> None:
         cls = self.framework.class_name(module)
         params = self.framework.own_parameters(module)
-        handles.extend(self.framework.hook_forward(module, self._pre_hook(path, cls, params),
-                                                   self._post_hook(path, cls)))
-        if not self.framework.tensor_hooks:
+        if forward:
+            handles.extend(self.framework.hook_forward(module, self._pre_hook(path, cls, params),
+                                                       self._post_hook(path, cls)))
+        if forward and not self.framework.tensor_hooks:
             handle = self.framework.hook_backward(module, self._backward_hook(path))
             if handle is not None:
                 handles.append(handle)

@@ -63,9 +63,10 @@ def original(module):
 
 
 def walk(root):
-    """(path, module) of `root` and every module under it in `named_modules` order, without going inside
-    compiled and scripted modules: a compiled submodule is listed once, at its own path (never as
-    `..._orig_mod`)."""
+    """(path, module) of `root` and every module under it in `named_modules` order, paths as in the uncompiled
+    model: the inside of a `torch.compile(module)` wrapper is listed under the wrapper's path (never as
+    `..._orig_mod`), its wrapped module not at all (the wrapper stands for it). The inside of a TorchScript
+    module is not listed: nothing of it can be hooked."""
     seen = set()
     stack = [("", root)]
     while stack:
@@ -74,10 +75,12 @@ def walk(root):
             continue
         seen.add(module)
         yield path, module
-        if kind(module) is not None:
+        if kind(module) == SCRIPTED:
             continue
+        inner = original(module)
+        seen.add(inner)
         children = [(f"{path}.{name}" if path else name, child)
-                    for name, child in module._modules.items() if child is not None]
+                    for name, child in inner._modules.items() if child is not None]
         stack.extend(reversed(children))
 
 
@@ -140,10 +143,12 @@ class CompiledRegions:
         for index, given in enumerate(models):
             root = TorchFramework.unwrap(given)
             prefix = f"{index}." if len(models) > 1 else ""
+            outer = []  # compiled modules' paths: one compiled inside them is compiled into their graph
             for path, module in walk(root):
                 what = kind(module)
-                if what is None:
+                if what is None or any(path.startswith(p) for p in outer):
                     continue
+                outer.append(f"{path}." if path else "")
                 name = prefix + path if path else f"the model {type(original(module)).__name__}"
                 if (what, name) not in self._said:
                     self._said.add((what, name))

@@ -112,8 +112,8 @@ class TorchFramework(Framework):
 
     @staticmethod
     def submodules(root):
-        """As `named_modules()`, but a compiled or TorchScript module's inside is not listed: hooks there would
-        be traced into the compiled graph, or cannot be registered (compiled.py)."""
+        """As `named_modules()`, with the paths of the uncompiled model; a TorchScript module's inside is not
+        listed (compiled.py). Inside a compiled module (`opaque`), only parameters are hooked."""
         return compiled.walk(root)
 
     @staticmethod
