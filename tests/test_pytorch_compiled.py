@@ -59,9 +59,9 @@ def batch():
     return torch.randint(0, 32, (2, 6), generator=gen), torch.randint(0, 32, (2, 6), generator=gen)
 
 
-def train(how, debugger=None, steps=STEPS):
-    """Seeded AdamW training of Net, compiled as `how` says; returns (losses, grads per step, params, the model
-    given to start(), the graph counters of dynamo)."""
+def train(how, debugger=None, steps=STEPS, later=None):
+    """Seeded AdamW training of Net, compiled as `how` says (and `later(net)` after the first step); returns
+    (losses, grads per step, params, the model given to start(), the graph counters of dynamo)."""
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
@@ -78,7 +78,9 @@ def train(how, debugger=None, steps=STEPS):
     opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
     tokens, target = batch()
     losses, grads = [], []
-    for _ in range(steps):
+    for step in range(steps):
+        if step == 1 and later is not None:
+            later(net)
         if debugger is not None:
             debugger.start(model=model)
         loss = F.cross_entropy(model(tokens).flatten(0, 1), target.flatten())
@@ -189,6 +191,31 @@ def test_a_compiled_submodule_is_one_record_named_as_in_an_eager_dump(tmp_path, 
         before = [n for n in eager_names if not n.startswith("Module.")][:3]
         for name in before:
             assert name in compiled_names and construct[name] == eager_construct[name], name
+
+
+def compile_block_in_place(net):
+    net.blocks[1].compile()
+
+
+def compile_block(net):
+    net.blocks[0] = torch.compile(net.blocks[0])
+
+
+@pytest.mark.parametrize("later", [compile_block_in_place, compile_block])
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_a_module_compiled_after_the_first_step_trains_compiled(tmp_path, level, later):
+    """The hooks put on its modules at the first start() come off at the next: they would be compiled."""
+    base = train("eager", later=later)
+    assert base[4][0] >= 1 and base[4][2] == 0
+    run = train("eager", debugger(tmp_path, level), later=later)
+    assert_bitwise(base, run)
+    assert run[4] == base[4]
+    index = 1 if later is compile_block_in_place else 0
+    step0, step1 = data(tmp_path, 0), data(tmp_path, 1)
+    assert f"Module.blocks.{index}.ln.LayerNorm.forward.0" in step0
+    assert f"Module.blocks.{index}.ln.LayerNorm.forward.0" not in step1
+    assert f"Module.blocks.{index}.Block.forward.0" in step1
+    assert f"Module.blocks.{index}.ln.LayerNorm.parameters_grad.0" in step1
 
 
 def train_compiled_function(dbg=None, steps=2):

@@ -61,64 +61,74 @@ class ModuleHooks:
 
     def attach(self, model) -> None:
         """Hooks the modules of each model, the first time it is given; later, only what changed in its tree
-        (a module added, replaced or moved since: start() runs every step, and an edited model must not go
-        unrecorded). The check walks the tree and compares module identities, without hooking anything."""
+        (a module added, replaced, moved or compiled since: start() runs every step, and an edited model must
+        not go unrecorded). The check walks the tree and compares module identities, without hooking anything."""
         models = self.check(model)
         for index, given in enumerate(models):
             root = self.framework.unwrap(given)
             prefix = f"{index}." if len(models) > 1 else ""
             tree = self._hooked.get(root)
-            listed = [(prefix + path, module) for path, module in self.framework.submodules(root)
-                      if module is not root]
+            listed = self._listed(root, prefix)
             if tree is not None:
                 if len(listed) != len(tree) or any(path not in tree or tree[path][0]() is not module
-                                                   for path, module in listed):
-                    self._rehook(root, tree, listed, prefix)
+                                                   or tree[path][2] != state for path, module, state in listed):
+                    self._rehook(root, tree, listed)
                 continue
             if root is not given:
                 log.info("start(model): recording the %s inside the %s: record names as without the wrapper, so "
                          "that a run with it and one without pair", type(root).__name__, type(given).__name__)
             tree = self._hooked[root] = {}
-            self._hook_all(tree, listed, prefix if self.framework.opaque(root) else None)
+            self._hook_new(tree, listed)
             if not listed and not self.framework.opaque(root):
                 log.warning("start(model): the %s has no modules inside it, and module records are of the modules "
                             "inside the model given (not of the model itself): it gives none. Pass the network "
                             "that holds it", type(root).__name__)
 
-    def _rehook(self, root, tree: dict, listed: list, prefix: str) -> None:
-        """Hooks removed from the modules no longer at their path, and the modules new at a path hooked."""
-        now = dict(listed)
-        gone = [path for path, (ref, _) in tree.items() if now.get(path) is not ref()]
+    def _listed(self, root, prefix: str) -> list:
+        """(path, module, state) of the modules under `root`; state: (inside compiled code, compiled itself).
+        Inside a compiled module (`opaque`) only parameter gradients are hooked: forward hooks would be
+        compiled with it, and gradients are accumulated outside compiled code."""
+        compiled = [prefix] if self.framework.opaque(root) else []
+        listed = []
+        for path, module in self.framework.submodules(root):
+            if module is root:
+                continue
+            path = prefix + path
+            inside = any(path.startswith(outer) for outer in compiled)
+            opaque = self.framework.opaque(module)
+            if opaque:
+                compiled.append(path + ".")
+            listed.append((path, module, (inside, opaque)))
+        return listed
+
+    def _rehook(self, root, tree: dict, listed: list) -> None:
+        """Hooks removed from the modules no longer at their path (or compiled since), and the modules new
+        there hooked."""
+        now = {path: (module, state) for path, module, state in listed}
+        gone = [path for path, (ref, _, state) in tree.items()
+                if path not in now or now[path][0] is not ref() or now[path][1] != state]
         for path in gone:
             for handle in tree.pop(path)[1]:
                 handle.remove()
-        new = self._hook_all(tree, listed, prefix if self.framework.opaque(root) else None)
+        new = self._hook_new(tree, listed)
         log.info("start(model): the %s changed since it was hooked: %d modules newly hooked, %d unhooked",
                  type(root).__name__, len(new), len(gone))
 
-    def _hook_all(self, tree: dict, listed: list, compiled_root) -> list:
-        """Hooks the listed modules not in `tree` yet; returns them. Modules inside a compiled one (`opaque`,
-        listed after it: a path below its path; all of them when the root is compiled, `compiled_root` its
-        prefix) get parameter-gradient hooks only."""
-        compiled, new = ([] if compiled_root is None else [compiled_root]), []
-        for path, module in listed:
-            inside = any(path.startswith(prefix) for prefix in compiled)
-            if self.framework.opaque(module):
-                compiled.append(path + ".")
-            if path in tree:
-                continue
-            new.append((path, module))
+    def _hook_new(self, tree: dict, listed: list) -> list:
+        """Hooks the listed modules not in `tree` yet; returns their paths."""
+        new = [(path, module, state) for path, module, state in listed if path not in tree]
+        for path, module, state in new:
             handles = []
-            tree[path] = (weakref.ref(module), handles)
+            tree[path] = (weakref.ref(module), handles, state)
             try:
-                self._hook_module(module, path, handles, forward=not inside)
+                self._hook_module(module, path, handles, forward=not state[0])
             except Exception as exc:  # noqa: BLE001 - one odd module must not leave the rest unhooked
                 report_failure(f"hooking {path}", exc, site="hooking a module")
         return new
 
     def detach(self) -> None:
         for tree in self._hooked.values():
-            for _, handles in tree.values():
+            for _, handles, _ in tree.values():
                 for handle in handles:
                     handle.remove()
         self._hooked = weakref.WeakKeyDictionary()
