@@ -1490,3 +1490,26 @@ def test_a_failure_midway_numbers_later_calls_alike_on_both_routes(tmp_path, mon
         d.stop()
         d.step()
     assert names["C"] == names["Python"] == ["Torch.exp.1.forward"]
+
+
+def test_a_frame_without_a_line_is_filed_with_no_source_line():
+    """MindSpore's bytecode JIT runs code whose frames report no line (f_lineno None): the stack is filed with
+    that frame's file and function and no source text, and calls filed after it are filed as usual."""
+    import sys
+    import types
+
+    from msprobe_lite.core import stacks
+
+    collector = stacks.StackCollector(("torch",))
+
+    def compiled_by_a_jit():
+        pass
+
+    here = sys._getframe()
+    lineless = types.SimpleNamespace(f_code=compiled_by_a_jit.__code__, f_lasti=0, f_lineno=None, f_back=here)
+    collector.file_new("Tensor.add.0.forward", lineless)
+    collector.file("Tensor.add.1.forward", here)
+    (names0, frames0), (names1, frames1) = collector.to_json().values()
+    assert names0 == ["Tensor.add.0.forward"] and names1 == ["Tensor.add.1.forward"]
+    assert frames0[0] == f"File {__file__}, line None, in compiled_by_a_jit, \n "
+    assert "collector.file_new(" in frames0[1] and "collector.file(" in frames1[0] and frames0[2:] == frames1[1:]

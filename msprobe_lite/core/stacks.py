@@ -130,8 +130,9 @@ class StackCollector:
             stack = self._walk_stacks[walk]
             index = self._stack_ids.get(stack)
             if index is None:
+                frames = self._format(stack)  # before the tables change: a failure leaves them consistent
                 index = self._stack_ids[stack] = len(self._entries)
-                self._entries.append([[], self._format(stack)])
+                self._entries.append([[], frames])
             self._walk_ids[walk] = index
         entry = self._entries[index]
         if not entry[0]:
@@ -140,8 +141,9 @@ class StackCollector:
 
     def _format(self, key: tuple) -> list:
         codes = self._codes
+        # A frame may have no line (MindSpore's bytecode JIT runs code whose frames report None): no source then
         return [f"File {codes[c].co_filename}, line {line}, in {codes[c].co_name}, \n "
-                f"{linecache.getline(codes[c].co_filename, line).strip()}"
+                f"{linecache.getline(codes[c].co_filename, line).strip() if line is not None else ''}"
                 for c, line in key]
 
     def unfile(self, name: str) -> None:
