@@ -269,6 +269,47 @@ def test_a_failed_accelerator_is_the_users_error_at_the_debuggers_read(tmp_path,
     assert _internal_failures(capsys.readouterr().err) == 0
 
 
+def test_a_failed_accelerator_at_exit_is_said_as_the_users_not_as_the_debuggers(tmp_path):
+    """The user's script dies of a failed device (simulated as above: every read and the synchronize raise);
+    at exit the debugger cannot complete the open step: it says so in one plain line, as the user's failure,
+    never as an internal failure, and the step written before stays whole."""
+    import subprocess
+    import sys
+    import textwrap
+
+    tests = str(__import__("pathlib").Path(__file__).parent)
+    script = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {tests!r})
+        import torch
+        from models import make
+        from msprobe_lite.pytorch import PrecisionDebugger
+        from msprobe_lite.pytorch import summary
+        model, x, _ = make("mlp")
+        debugger = PrecisionDebugger(dump_path={str(tmp_path / "run")!r}, task="statistics", level="L1")
+        for step in range(2):
+            debugger.start(model=model)
+            model(x)
+            if step == 1:
+                error = RuntimeError("CUDA error: device-side assert triggered")
+                def failed_device(*args, **kwargs):
+                    raise error
+                summary.TorchSummarizer.synchronize = staticmethod(failed_device)
+                summary.TorchSummarizer.resolve = failed_device
+                raise error
+            debugger.stop()
+            debugger.step()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.count("Traceback") == 1  # the user's, ending in the user's error
+    assert "\nRuntimeError: CUDA error: device-side assert triggered\n" in done.stderr
+    assert "internal failure" not in done.stderr and "Exception ignored" not in done.stderr
+    said = [line for line in done.stderr.splitlines() if "is not written" in line]
+    assert len(said) == 1 and "step 1" in said[0] and "the device failed in the user's computation" in said[0]
+    assert sorted(data(tmp_path / "run")) == ["Functional.linear.0.forward", "Functional.linear.1.forward",
+                                              "Functional.relu.0.forward"]  # step 0, written whole
+
+
 @pytest.mark.parametrize("level", LEVELS)
 def test_a_bug_of_the_debugger_is_reported_once_and_training_goes_on_bitwise(tmp_path, capsys, monkeypatch, level):
     from models import train

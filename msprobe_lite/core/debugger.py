@@ -57,6 +57,7 @@ class Debugger:
                                self.framework_packages, self.current_rank, world_fn=self.current_world_size)
         self.summarizer = self.make_summarizer()
         self.session.resolver = self.summarizer.resolve
+        self.session.settle = self.summarizer.settle
         self.recorder = CallRecorder(self.session, self.summarizer, self.framework)
         level = self.config.level
         self.modules = (ModuleHooks(self.session, self.summarizer, self.recorder, self.framework)

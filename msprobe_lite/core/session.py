@@ -55,6 +55,7 @@ class Session:
         self.rank_fn = rank_fn
         self.world_fn = world_fn          # the number of ranks of the job, None in a single-process run
         self.resolver = resolver          # adapter callback: fills pending statistics, queues deferred files
+        self.settle = None                # adapter callback: the user's queued device work finishes (may raise)
         self.filter = RecordFilter(config.selection.scope, config.selection.list, config.directions,
                                    config.parts)
         self.stacks = StackCollector(framework_packages)
@@ -398,8 +399,26 @@ class Session:
             return
         with _Released(self._lock):
             self.forward_on = False  # the debugger's own work from here on is not a user call
+            if self._device_failed():
+                return
             self.flush()             # the lock is reentrant: this thread holds it already
             self.prepared.discard()
+
+    def _device_failed(self) -> bool:
+        """At exit after the user's computation failed on the device (a CUDA device-side assert, say): every read
+        of the device fails from then on, so the step cannot be completed. Said plainly, as the user's error
+        it is; what the step's earlier writes put on disk stays whole."""
+        if self.settle is None or not self.dirty:
+            return False
+        try:
+            self.settle()
+        except Exception as exc:  # noqa: BLE001 - the user's failure, which the user has already been shown
+            log.warning("step %s: what it collected since its last write is not written: the device failed in "
+                        "the user's computation (%s: %s), and no value on it can be read any more",
+                        self.step, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            self.dirty = False
+            return True
+        return False
 
     def write_so_far(self) -> None:
         """On SIGTERM with a handler of the user's: the step so far on disk, in case that handler ends the
