@@ -5,6 +5,7 @@ traced too (dynamo cannot trace them: the frame falls back to eager, and the num
 hooks a compiled module only at its boundary, where the code is still eager: an `OptimizedModule` (what
 `torch.compile(module)` returns) through its own hooks, which run before dynamo takes over, and a module compiled
 in place (`module.compile()`, which compiles the call that runs the hooks) through its `_compiled_call_impl`.
+Inside it only parameters are hooked (core/module_calls.py): gradients are accumulated outside compiled code.
 TorchScript modules run in C++ and accept no hooks at all. Each kind is said once, with the paths it covers.
 """
 from __future__ import annotations
@@ -22,9 +23,9 @@ SCRIPTED = "scripted"
 
 COMPILED_MESSAGE = (
     "%s runs compiled by torch.compile: the debugger cannot record inside compiled code yet, so the modules and "
-    "API calls inside it are not recorded (a compiled submodule is recorded as one call, under its uncompiled "
-    "name; the code around it, such as the loss and the optimizer, is recorded as usual). It trains compiled, "
-    "with the same graphs and numbers as without the debugger")
+    "API calls inside it are not recorded, only the modules' parameter gradients (a compiled submodule is "
+    "recorded as one call, under its uncompiled name; the code around it, such as the loss and the optimizer, "
+    "is recorded as usual). It trains compiled, with the same graphs and numbers as without the debugger")
 FALLBACK_MESSAGE = (
     "a function compiled by torch.compile ran while the API capture was on (level %s): dynamo cannot trace the "
     "capture, so it ran that code eagerly, and its numbers may differ in their last bits from a compiled run "
@@ -126,8 +127,7 @@ class CompiledRegions:
     """Says each compiled or scripted module of the models given to start() once, and keeps the API capture's
     mode off while a compiled module runs (dynamo would trace the mode, which it cannot, and run eagerly)."""
 
-    def __init__(self, session, capture=None):
-        self.session = session
+    def __init__(self, capture=None):
         self.capture = capture
         self._said = set()          # (kind, path) said
         self._hooked = weakref.WeakKeyDictionary()  # module -> handles: boundaries that switch the capture off
@@ -137,6 +137,8 @@ class CompiledRegions:
 
     @guarded("start()")
     def scan(self, models) -> None:
+        """Each start(): says the compiled and scripted modules not said yet, and puts the capture's switch on
+        the edge of each compiled module not switched yet."""
         from .framework import TorchFramework  # the framework imports this module
 
         found = {COMPILED: [], SCRIPTED: []}

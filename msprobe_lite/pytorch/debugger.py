@@ -23,7 +23,7 @@ class PrecisionDebugger(Debugger):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.compiled = CompiledRegions(self.session, self.apis)
+        self.compiled = CompiledRegions(self.apis)
 
     def start(self, model=None) -> None:
         """As `Debugger.start`; first, compiled and TorchScript modules in `model` are said once, and the API
