@@ -368,3 +368,28 @@ def test_modules_added_or_replaced_between_steps_are_recorded_from_the_next_star
     # the replaced module's hooks are gone: calling it records nothing and holds nothing of the debugger
     assert not old._forward_pre_hooks and not old._forward_hooks
     assert not old.weight._post_accumulate_grad_hooks
+
+
+def test_the_boundaries_of_a_compiled_module_go_when_the_last_step_raises_the_users_error(tmp_path, monkeypatch):
+    """The last selected step's step() raises the user's error (a failed device, simulated by a failing
+    synchronisation) once the step is written: the hooks at the compiled module's edge are removed all the same."""
+    from msprobe_lite.core import safety
+
+    torch.manual_seed(0)
+    net = Net()
+    net.blocks[1] = torch.compile(net.blocks[1])
+    debugger = PrecisionDebugger(dump_path=str(tmp_path / "run"), task="statistics", level="mix", step=[0])
+    debugger.start(model=net)
+    net(batch()[0])
+    assert debugger.compiled._hooked  # at L1 and mix: the capture's switch at the compiled block's edge
+    error = RuntimeError("CUDA error: device-side assert triggered")
+
+    def failed_device():
+        with safety.users_work:
+            raise error
+
+    monkeypatch.setattr(debugger.summarizer, "settle", failed_device)
+    with pytest.raises(RuntimeError) as caught:
+        debugger.step()
+    assert caught.value is error and debugger.session.finished
+    assert not debugger.compiled._hooked

@@ -41,9 +41,11 @@ class PrecisionDebugger(Debugger):
     forward_backward_dump_end = stop
 
     def step(self) -> None:
-        super().step()
-        if self.session.finished:
-            self.compiled.remove()
+        try:
+            super().step()  # may raise the user's own error once the step is written
+        finally:
+            if self.session.finished:
+                self.compiled.remove()
 
     @staticmethod
     def current_rank():
