@@ -1710,3 +1710,23 @@ def test_backward_records_with_outputs_left_out_show_a_changed_weight(tmp_path, 
     seen = pair["first_seen"]
     assert seen is not None and seen["name"].endswith(".backward"), pair
     assert "the forward pass, the backward call before it" in seen["reason"], seen["reason"]
+
+
+def test_the_first_error_is_the_first_call_that_introduced_a_nan(tmp_path):
+    """The first divergent call is itself an error (its output turns NaN while its inputs agree, as from a
+    broken kernel: written into a copy of a real dump): it is the step's first error too, not a later call
+    that only carries the NaN on."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)), torch.randn(3, 4)
+    golden = dump_step(tmp_path / "golden", model, x, level="L1")
+    target = tmp_path / "target"
+    shutil.copytree(golden, target)
+    dump = load(target)
+    calls = dump["data"]
+    relu = calls["Functional.relu.0.forward"]
+    for value in (calls["Functional.linear.0.forward"]["output"][0], relu["input_args"][0], relu["output"][0]):
+        value.update(Max=float("nan"), Mean=float("nan"), Norm=float("nan"))
+    (target / "step0" / "rank" / "dump.json").write_text(json.dumps(dump))
+    (pair,) = run(target, golden, tmp_path / "out").pairs
+    assert pair["first_divergence"]["name"] == "Functional.linear.0.forward"
+    assert pair["first_error"]["name"] == "Functional.linear.0.forward"

@@ -509,8 +509,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         warned = verdict.result == WARNING and not (direction == "forward" and backward_begun and all(
             r.startswith(("amplified", "aligned with")) for r in verdict.reasons))
         # a record that errs only for a tensor file not read is said apart (console_line), not as the first error
-        erred = verdict.result == ERROR and not files_only(verdict)
-        if (first is None and verdict.introduced) or (first_error is None and erred) or \
+        counts_as_error = verdict.result == ERROR and not files_only(verdict)
+        if (first is None and verdict.introduced) or (first_error is None and counts_as_error) or \
                 (first_seen is None and verdict.first_seen) or (first_warning is None and warned):
             found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
                      "stack": stack,
@@ -520,7 +520,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                 erred = first_error if first_error and pair.target in first_error["parents"] else None
                 if erred and is_module(pair.target):  # mix: a call inside it erred first (NaN from a -inf row)
                     found["reason"] += f"; inside it, {erred['name']} erred first: {erred['reason']}{report.at(erred)}"
-            if first_error is None and erred:
+            if first_error is None and counts_as_error:
                 first_error = found
             if first_warning is None and warned:
                 first_warning = found
