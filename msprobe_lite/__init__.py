@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 import sys
 
+from .core import exits as _exits  # noqa: F401 - SIGTERM watched from the import on the main thread, so that a
+                                  # debugger made later in a helper thread is watched too
+
 __version__ = "0.1.0"
 
 FRAMEWORKS = ("pytorch", "mindspore")

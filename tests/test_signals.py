@@ -167,9 +167,11 @@ def test_a_user_handler_that_ends_the_process_finds_the_step_so_far_on_disk(tmp_
 THREADED = """
 import sys, threading, time, torch
 from models import make
-from msprobe_lite.pytorch import PrecisionDebugger
-
 WHERE = {where!r}
+if WHERE == "picking":  # only the package on the main thread: the adapter is imported by the thread
+    from msprobe_lite import PrecisionDebugger
+else:
+    from msprobe_lite.pytorch import PrecisionDebugger
 model, x, _ = make("mlp")
 made = {{}}
 if WHERE == "main":
@@ -196,7 +198,7 @@ def test_a_step_trained_off_the_main_thread_is_written_on_sigterm(tmp_path):
     """Before: a debugger made first in a helper thread could not install its SIGTERM handler (only the main
     thread may), so the step was lost and its three empty temporary files stayed."""
     runs = {}
-    for where in ("thread", "main"):
+    for where in ("thread", "main", "picking"):
         dump = tmp_path / where
         runs[where] = spawn(THREADED.format(where=where, dump=str(dump))), dump
     model, x, _ = make("mlp")
