@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 
+import pytest
 import torch
 
 from helpers import data, expected_stats
@@ -313,3 +314,43 @@ def test_what_a_sigkill_mid_write_leaves_is_what_the_docs_say(tmp_path):
     partial = [name for name in names if (folder / name).stat().st_size]
     assert [name.split(".tmp-")[0] for name in partial] == ["dump.json"], names
     assert _rank_dirs(str(dump / "step0")) == []
+
+
+def test_a_write_that_raises_at_sigterm_or_exit_keeps_nothing_else_from_running(monkeypatch, tmp_path):
+    """The write the debugger makes on SIGTERM or at exit may raise (the user's error surfacing at its read):
+    the user's SIGTERM handler is called all the same, every other session still writes, the temporary files
+    are still removed, and the error is raised after them."""
+    import weakref
+
+    from msprobe_lite.core import exits, writer
+
+    class Session:
+        step_open, dirty = True, True
+
+        def __init__(self, fails):
+            self.fails, self.wrote = fails, []
+
+        def write(self, how):
+            self.wrote.append(how)
+            if self.fails:
+                raise RuntimeError("CUDA error: device-side assert triggered")
+
+        def write_so_far(self):
+            self.write("so far")
+
+        def write_on_exit(self):
+            self.write("exit")
+
+    sessions = [Session(True), Session(False)]
+    live = weakref.WeakSet(sessions)
+    monkeypatch.setattr(exits, "_live", live)
+    leftover = tmp_path / "dump.json.tmp-1"
+    leftover.write_text("{")
+    monkeypatch.setattr(writer, "_temporary", {str(leftover)})
+    called = []
+    with pytest.raises(RuntimeError, match="device-side assert"):
+        exits._Handler(lambda signum, frame: called.append(signum)).handle(signal.SIGTERM, None)
+    assert called == [signal.SIGTERM] and [s.wrote for s in sessions] == [["so far"], ["so far"]]
+    with pytest.raises(RuntimeError, match="device-side assert"):
+        exits.flush_all()
+    assert [s.wrote for s in sessions] == [["so far", "exit"], ["so far", "exit"]] and not leftover.exists()

@@ -38,19 +38,31 @@ def register(session) -> None:
     watch_sigterm()
 
 
-def flush_all() -> None:
-    """Every live session writes what it holds; then no temporary file of this process is left."""
+def _each_live(write) -> None:
+    """`write(session)` for every live session with something to write; one that raises (the user's error
+    surfacing at the write) does not keep the others from writing, and is raised after them."""
+    failure = None
     for session in list(_live):
         if session.step_open or session.dirty:
-            session.write_on_exit()
-    writer.remove_temporary_files()
+            try:
+                write(session)
+            except BaseException as exc:  # noqa: BLE001 - raised below, once the others are written
+                failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
+def flush_all() -> None:
+    """Every live session writes what it holds; then no temporary file of this process is left."""
+    try:
+        _each_live(lambda session: session.write_on_exit())
+    finally:
+        writer.remove_temporary_files()
 
 
 def write_all_so_far() -> None:
     """Every live session puts its step so far on disk and goes on recording."""
-    for session in list(_live):
-        if session.step_open or session.dirty:
-            session.write_so_far()
+    _each_live(lambda session: session.write_so_far())
 
 
 atexit.register(flush_all)
@@ -85,9 +97,11 @@ class _Handler:
 
     def handle(self, signum, frame):
         if callable(self.previous):
-            write_all_so_far()
-            with users_work:  # what it raises is the user's, even where it surfaces inside the debugger's code
-                self.previous(signum, frame)
+            try:
+                write_all_so_far()
+            finally:  # the user's handler runs whatever the write met
+                with users_work:  # what it raises is the user's, even where it surfaces inside the debugger's code
+                    self.previous(signum, frame)
         elif signal.getsignal(signum) is self:  # the default action
             flush_all()
             signal.signal(signum, signal.SIG_DFL)
