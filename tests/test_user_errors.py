@@ -269,6 +269,31 @@ def test_a_failed_accelerator_is_the_users_error_at_the_debuggers_read(tmp_path,
     assert _internal_failures(capsys.readouterr().err) == 0
 
 
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_device_failed_by_the_users_last_kernel_fails_stop_with_the_users_error_only(tmp_path, capsys,
+                                                                                        monkeypatch, level):
+    """The user's last kernel of the step (an optimizer's, say) failed the device: from then on every call
+    on it fails, each with a new exception object, as CUDA's do. stop() raises the user's error (its
+    synchronisation's), says in one line that the step is not written past its last write, and logs no
+    internal failure for the reads that fail after it."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)), torch.randn(3, 4)
+    debugger = PrecisionDebugger(_config(tmp_path, "run", level, [0]))
+    debugger.start(model=model)
+    model(x).sum().backward()
+
+    def failed_device(*args, **kwargs):
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr("msprobe_lite.pytorch.summary.TorchSummarizer.synchronize", staticmethod(failed_device))
+    monkeypatch.setattr(debugger.session, "resolver", failed_device)
+    with pytest.raises(RuntimeError, match="device-side assert"):
+        debugger.stop()
+    err = capsys.readouterr().err
+    assert _internal_failures(err) == 0
+    assert err.count("step 0 is not written past its last write: the user's computation failed the device") == 1
+
+
 def test_a_failed_accelerator_at_exit_is_said_as_the_users_not_as_the_debuggers(tmp_path):
     """The user's script dies of a failed device (simulated as above: every read and the synchronize raise);
     at exit the debugger cannot complete the open step: it says so in one plain line, as the user's failure,
@@ -294,7 +319,7 @@ def test_a_failed_accelerator_at_exit_is_said_as_the_users_not_as_the_debuggers(
                 def failed_device(*args, **kwargs):
                     raise error
                 summary.TorchSummarizer.synchronize = staticmethod(failed_device)
-                summary.TorchSummarizer.resolve = failed_device
+                debugger.session.resolver = failed_device  # the bound method the session calls
                 raise error
             debugger.stop()
             debugger.step()
@@ -305,7 +330,8 @@ def test_a_failed_accelerator_at_exit_is_said_as_the_users_not_as_the_debuggers(
     assert "\nRuntimeError: CUDA error: device-side assert triggered\n" in done.stderr
     assert "internal failure" not in done.stderr and "Exception ignored" not in done.stderr
     said = [line for line in done.stderr.splitlines() if "is not written" in line]
-    assert len(said) == 1 and "step 1" in said[0] and "the device failed in the user's computation" in said[0]
+    assert len(said) == 1 and "step 1 " in said[0] and "the user's computation failed the device" in said[0]
+    assert len(said[0]) <= 160
     assert sorted(data(tmp_path / "run")) == ["Functional.linear.0.forward", "Functional.linear.1.forward",
                                               "Functional.relu.0.forward"]  # step 0, written whole
 

@@ -138,7 +138,11 @@ class Debugger:
     def stop(self) -> None:
         """Stop collecting forward calls and write what the step holds so far."""
         failure = self._users_failure()
-        self._stop()
+        self.session.users_failure = failure
+        try:
+            self._stop()
+        finally:
+            self.session.users_failure = None
         if failure is not None:
             raise failure
 
@@ -173,7 +177,11 @@ class Debugger:
     def step(self) -> None:
         """End the step: write it (backward records included) and move to the next one."""
         failure = self._users_failure()
-        self._step()
+        self.session.users_failure = failure
+        try:
+            self._step()
+        finally:
+            self.session.users_failure = None
         if failure is not None:
             raise failure
 

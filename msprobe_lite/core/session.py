@@ -56,6 +56,7 @@ class Session:
         self.world_fn = world_fn          # the number of ranks of the job, None in a single-process run
         self.resolver = resolver          # adapter callback: fills pending statistics, queues deferred files
         self.settle = None                # adapter callback: the user's queued device work finishes (may raise)
+        self.users_failure = None         # the user's error met at this stop()/step(): failed reads are its doing
         self.filter = RecordFilter(config.selection.scope, config.selection.list, config.directions,
                                    config.parts)
         self.stacks = StackCollector(framework_packages)
@@ -354,6 +355,9 @@ class Session:
             except OSError as exc:  # the file system's refusal: the user's to fix, said without a traceback
                 report_unwritable(self.folder(), exc)
             except Exception as exc:  # noqa: BLE001 - a failed write must not stop training
+                if self.users_failure is not None:  # the device failed the user's work: no read can succeed
+                    self._not_written(self.users_failure)
+                    return
                 # one report for the run (a full disk fails every later step too); the step stays dirty,
                 # so the next stop()/step() of this step tries again, and the previous file stays whole
                 report_failure(f"writing {self.folder()}", exc, site="writing a step")
@@ -413,12 +417,17 @@ class Session:
         try:
             self.settle()
         except Exception as exc:  # noqa: BLE001 - the user's failure, which the user has already been shown
-            log.warning("step %s: what it collected since its last write is not written: the device failed in "
-                        "the user's computation (%s: %s), and no value on it can be read any more",
-                        self.step, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-            self.dirty = False
+            self._not_written(exc)
+            self.prepared.discard()
             return True
         return False
+
+    def _not_written(self, users_error: BaseException) -> None:
+        """Said once for the step, as the user's failure it is; the step's earlier writes stay whole."""
+        text = str(users_error).splitlines()[0] if str(users_error) else type(users_error).__name__
+        log.warning("step %s is not written past its last write: the user's computation failed the device (%s)",
+                    self.step, text if len(text) <= 60 else text[:59] + "…")
+        self.dirty = False
 
     def write_so_far(self) -> None:
         """On SIGTERM with a handler of the user's: the step so far on disk, in case that handler ends the
