@@ -354,3 +354,45 @@ def test_a_write_that_raises_at_sigterm_or_exit_keeps_nothing_else_from_running(
     with pytest.raises(RuntimeError, match="device-side assert"):
         exits.flush_all()
     assert [s.wrote for s in sessions] == [["so far", "exit"], ["so far", "exit"]] and not leftover.exists()
+
+
+def test_a_users_handler_raising_at_the_end_of_a_step_leaves_the_debugger_between_two_steps(tmp_path, monkeypatch):
+    """SIGTERM arrives while step() writes; the user's handler raises (it is called once the write is whole).
+    The exception reaches the user from step(), and the debugger has moved on: the user who catches it and
+    trains on gets the next step recorded as step 1, numbered from 0, step 0 whole."""
+    from msprobe_lite.core import writer
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    class Shutdown(Exception):
+        pass
+
+    def users_handler(signum, frame):
+        raise Shutdown()
+
+    original = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, users_handler)
+    try:
+        model, x, _ = make("mlp")
+        debugger = PrecisionDebugger(dump_path=str(tmp_path / "run"), task="statistics", level="L0")
+        write_step = writer.write_step
+        signalled = []
+
+        def write_then_signal(*args, **kwargs):
+            if not signalled:
+                signalled.append(os.kill(os.getpid(), signal.SIGTERM))  # mid-write: held until the step's end
+            return write_step(*args, **kwargs)
+
+        monkeypatch.setattr(writer, "write_step", write_then_signal)
+        for step in range(2):
+            debugger.start(model=model)
+            model(x).sum().backward()
+            if step:  # step 0 goes straight to step(): its write is the one the signal comes in
+                debugger.stop()
+            try:
+                debugger.step()
+            except Shutdown:
+                assert step == 0
+        assert signalled and list(data(tmp_path / "run", 1)) == list(data(tmp_path / "run", 0))
+        assert "Module.fc1.Linear.forward.0" in data(tmp_path / "run", 1)
+    finally:
+        signal.signal(signal.SIGTERM, original)

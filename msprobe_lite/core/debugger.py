@@ -7,7 +7,7 @@ it uses. Construction validates the config and creates nothing on disk.
 from __future__ import annotations
 
 from ..config import load_config, msprobe_note
-from . import stacks, statistics, writer
+from . import exits, stacks, statistics, writer
 from .calls import CallRecorder
 from .debug_save import DebugSaver
 from .module_calls import ModuleHooks
@@ -135,16 +135,23 @@ class Debugger:
             return exc
         return None
 
+    def _end(self, work) -> None:
+        """stop() and step(): the debugger's `work`, then the user's error met at its synchronisation, if any.
+        A SIGTERM meanwhile is handled once the work is done (exits.writing), so that what the user's handler
+        raises leaves the debugger between two steps, not in the middle of one."""
+        with exits.writing():
+            failure = self._users_failure()
+            self.session.users_failure = failure
+            try:
+                work()
+            finally:
+                self.session.users_failure = None
+            if failure is not None:
+                raise failure
+
     def stop(self) -> None:
         """Stop collecting forward calls and write what the step holds so far."""
-        failure = self._users_failure()
-        self.session.users_failure = failure
-        try:
-            self._stop()
-        finally:
-            self.session.users_failure = None
-        if failure is not None:
-            raise failure
+        self._end(self._stop)
 
     forward_backward_dump_end = stop
 
@@ -176,14 +183,7 @@ class Debugger:
 
     def step(self) -> None:
         """End the step: write it (backward records included) and move to the next one."""
-        failure = self._users_failure()
-        self.session.users_failure = failure
-        try:
-            self._step()
-        finally:
-            self.session.users_failure = None
-        if failure is not None:
-            raise failure
+        self._end(self._step)
 
     @guarded("step()")
     def _step(self) -> None:

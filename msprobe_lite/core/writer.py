@@ -255,6 +255,12 @@ def step_files(data_file: str, extra: bool) -> tuple:
     return (data_file,) + EXTRA_FILES if extra else (data_file,)
 
 
+def _levels(folder: str) -> tuple:
+    """The rank folder, the step folder, the dump root: those a step's write may make, innermost first."""
+    step = os.path.dirname(folder)
+    return folder, step, os.path.dirname(step)
+
+
 class Prepared:
     """A step's folder, and temporary files for its JSON files, made on the writer thread while the step runs.
 
@@ -279,7 +285,7 @@ class Prepared:
 
     def _make(self, folder: str, names: tuple) -> None:  # on the writer thread
         opened = {}
-        levels = (folder, os.path.dirname(folder))  # the rank folder, then the step folder
+        levels = _levels(folder)
         try:
             missing = [path for path in levels if not os.path.isdir(path)]
             make_dirs(folder)
@@ -321,7 +327,7 @@ class Prepared:
             _, (tmp, fd) = self._opened.popitem()
             _close_and_remove(tmp, fd)
         for folder in self._folders - self._written:
-            for path in (folder, os.path.dirname(folder)):  # the rank folder, then the step folder
+            for path in _levels(folder):
                 if path not in self._created:
                     break
                 try:
@@ -418,7 +424,7 @@ class FileQueue:
                 self._changed.wait()
 
     def _run(self) -> None:
-        from .safety import report_failure, report_unwritable
+        from .safety import is_users, report_failure, report_unwritable
 
         while True:
             with self._changed:
@@ -436,7 +442,8 @@ class FileQueue:
                     report_unwritable(where, exc)
             except Exception as exc:  # noqa: BLE001 - a lost file is reported; training goes on
                 self.failed[where] = exc
-                report_failure(where, exc, site="tensor file writer")
+                if not is_users(exc):  # the user's error is the user's to see, from the training thread: this
+                    report_failure(where, exc, site="tensor file writer")  # thread must live on regardless
             finally:
                 with self._changed:
                     self._pending -= 1
