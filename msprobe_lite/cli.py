@@ -115,7 +115,8 @@ def _ckpt_convert(args: argparse.Namespace) -> int:
             return 2
     try:
         name_map = load_name_map(args.name_map) if args.name_map else None
-        report = convert_checkpoint(args.input, args.output, args.template, name_map=name_map)
+        report = convert_checkpoint(args.input, args.output, args.template, name_map=name_map,
+                                    trust=args.trust_checkpoint)
     except Exception as error:  # noqa: BLE001 - torch/MindSpore raise many types for a bad file
         print(f"msprobe-lite ckpt convert: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
@@ -136,7 +137,7 @@ def _ckpt_compare(args: argparse.Namespace) -> int:
     from .compare.weights import WeightsError, compare_weights
 
     try:
-        rows = compare_weights(args.first, args.second)
+        rows = compare_weights(args.first, args.second, trust=args.trust_checkpoint)
     except WeightsError as error:
         print(f"msprobe-lite ckpt compare: {error}", file=sys.stderr)
         return 2
@@ -149,6 +150,10 @@ def _ckpt_compare(args: argparse.Namespace) -> int:
         counts[row.result] = counts.get(row.result, 0) + 1
     print(", ".join(f"{n} {k}" for k, n in counts.items()))
     return 0 if all(r.result in ("equal", "close") for r in rows) else 1
+
+
+TRUST_HELP = ("load PyTorch files with weights_only=False, for checkpoints holding objects such as "
+              "argparse.Namespace: this runs the pickled code in the file, so only for files you made")
 
 
 def _add_ckpt(subparsers: argparse._SubParsersAction) -> None:
@@ -167,11 +172,13 @@ def _add_ckpt(subparsers: argparse._SubParsersAction) -> None:
     convert.add_argument("-m", "--name-map", metavar="FILE",
                          help="YAML of old: new name parts, for attributes the port named otherwise "
                               "(attn: attention renames that part of every PyTorch name)")
+    convert.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     convert.set_defaults(run=_ckpt_convert)
     compare = actions.add_parser("compare", help="compare two weight files (.pt/.pth, .ckpt, .npz) parameter by "
                                                  "parameter (exit 1 when any differs or is unpaired)")
     compare.add_argument("first")
     compare.add_argument("second")
+    compare.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     compare.set_defaults(run=_ckpt_compare)
 
 

@@ -236,9 +236,9 @@ MSPROBE_BLOCK_KEYS: Mapping[str, FrozenSet[str]] = {
     "overflow_check": frozenset({"check_mode"}),
 }
 # what msprobe_lite offers instead, where it has something
-_MSPROBE_INSTEAD = {"seed": "seed_all(seed) in the script seeds the run",
-                    "is_deterministic": "seed_all(mode=True) turns on deterministic algorithms",
-                    "enable_dataloader": "call start(), stop() and step() in the training loop"}
+_MSPROBE_INSTEAD = {"seed": "use seed_all()", "is_deterministic": "use seed_all()",
+                    "enable_dataloader": "step() ends a step"}
+_NOTE_WIDTH = 136  # 160 characters with the log's "[msprobe_lite] WARNING: " in front
 
 
 def _set_aside(data: Any, fields: Collection[str]) -> Tuple[Any, Tuple[str, ...]]:
@@ -261,9 +261,15 @@ def msprobe_note(paths: Sequence[str]) -> Optional[str]:
     """The one line that says which of msprobe's keys were accepted and are not acted on (None for none)."""
     if not paths:
         return None
-    instead = [text for key, text in _MSPROBE_INSTEAD.items() if key in paths]
-    return (f"msprobe's {', '.join(paths)} {'is' if len(paths) == 1 else 'are'} accepted and not acted on by "
-            f"msprobe_lite" + (f" ({'; '.join(instead)})" if instead else ""))
+    instead = list(dict.fromkeys(text for key, text in _MSPROBE_INSTEAD.items() if key in paths))
+    tail = f" ({'; '.join(instead)})" if instead else ""
+    shown = len(paths)
+    while True:  # as many names as one line holds, then how many more
+        names = ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if shown < len(paths) else "")
+        note = f"msprobe's {names} {'is' if len(paths) == 1 else 'are'} accepted and not acted on by msprobe_lite{tail}"
+        if len(note) <= _NOTE_WIDTH or shown == 1:
+            return note
+        shown -= 1
 
 
 # ---------------------------------------------------------------------------------------------- models

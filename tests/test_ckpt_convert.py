@@ -170,3 +170,62 @@ def test_ckpt_compare_reads_the_same_checkpoints(tmp_path, capsys):
     capsys.readouterr()
     assert cli(["ckpt", "compare", str(tmp_path / "in.pt"), str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "7 equal"
+
+
+def training_checkpoint(kind: str, tnet) -> dict:
+    """What training scripts save beside the weights: their argparse arguments, numpy metrics."""
+    import argparse
+
+    extra = {"namespace": {"args": argparse.Namespace(lr=0.1)}, "numpy_scalar": {"best_acc": np.float64(0.9)},
+             "both": {"args": argparse.Namespace(lr=0.1), "best": np.float64(0.9), "hist": np.zeros(3)}}[kind]
+    return {"model": tnet.state_dict(), "epoch": 3, **extra}
+
+
+@pytest.mark.parametrize("kind, words", [("namespace", "argparse.Namespace"), ("numpy_scalar", "a numpy scalar"),
+                                         ("both", "argparse.Namespace and numpy values")])
+def test_python_objects_in_a_checkpoint_are_named_in_one_line_and_load_when_trusted(tmp_path, capsys, monkeypatch,
+                                                                                   kind, words):
+    """`{"model": sd, "args": argparse.Namespace(...)}` gave ~1,000 characters of torch's weights_only text,
+    ANSI escapes included, naming no file and advising a torch.load the user cannot run (a trial)."""
+    monkeypatch.chdir(tmp_path)
+    tnet = trained_cnn()
+    torch.save(training_checkpoint(kind, tnet), "in.pt")
+    ms.save_checkpoint(MsCNN(), "template.ckpt")
+    for command in (["convert", "-i", "in.pt", "-o", "out.ckpt", "-t", "template.ckpt"], ["compare", "in.pt", "in.pt"]):
+        assert cli(["ckpt", *command]) == 2
+        captured = capsys.readouterr()
+        err = captured.err
+        assert len(err.splitlines()) == 1 and not captured.out, err
+        assert len(err.rstrip("\n")) <= 160 and "\x1b" not in err and "Traceback" not in err, err
+        assert "in.pt" in err and words in err and "--trust-checkpoint" in err and "state_dict" in err, err
+        assert "weights_only" not in err, err
+    assert not os.path.exists("out.ckpt")
+    assert cli(["ckpt", "convert", "-i", "in.pt", "-o", "out.ckpt", "-t", "template.ckpt", "--trust-checkpoint"]) == 0
+    assert_equals_source(tmp_path / "out.ckpt", tnet, CNN_PAIRS)
+    assert cli(["ckpt", "compare", "--trust-checkpoint", "in.pt", "out.ckpt"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "7 equal"
+
+
+@pytest.mark.parametrize("content", [b"hello, not a checkpoint\n", bytes(range(256)) * 3, b"",
+                                     b"\x80\x04\x95\x0b\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01a\x94K\x01s."])
+@pytest.mark.parametrize("trust", [False, True])
+def test_a_file_that_is_not_a_pytorch_checkpoint_says_so_in_one_line(tmp_path, capsys, monkeypatch, content, trust):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.pt").write_bytes(content)
+    ms.save_checkpoint(MsCNN(), "template.ckpt")
+    extra = ["--trust-checkpoint"] if trust else []
+    for command in (["convert", "-i", "in.pt", "-o", "out.ckpt", "-t", "template.ckpt"], ["compare", "in.pt", "in.pt"]):
+        assert cli(["ckpt", *command, *extra]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and len(err.rstrip("\n")) <= 160 and "\x1b" not in err, err
+        assert "in.pt: not a PyTorch checkpoint" in err, err
+
+
+def test_unused_entries_are_named_as_the_report_says_after_removing_the_prefix(tmp_path, capsys):
+    """The report said "prefix 'module.' removed from every name", then "unused PyTorch entry module.fc.weight"."""
+    torch.manual_seed(1)
+    code, out = convert(tmp_path, torch.nn.DataParallel(RenamedMLP()).state_dict(), MsMLP())
+    captured = capsys.readouterr()
+    assert code == 1 and "prefix 'module.' removed from every name" in captured.out
+    assert "unused PyTorch entry encoder.weight" in captured.out.splitlines(), captured.out
+    assert "module." not in captured.out.replace("prefix 'module.' removed", "")

@@ -557,6 +557,7 @@ def test_msprobes_earlier_full_config_is_accepted(tmp_path, capsys):
     assert main(["config", "check", str(tmp_path / "config.json")]) == 0
     (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: msprobe's")]
     assert "seed, is_deterministic" in note and "seed_all(" in note  # where seeding is done in msprobe_lite
+    assert len(note) <= 160 - len("[msprobe_lite] WARNING: ") + len("note: ") and "more are accepted" in note, note
 
 
 def test_the_debugger_says_the_note_once(tmp_path, caplog):

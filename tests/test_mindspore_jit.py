@@ -261,3 +261,22 @@ def test_wrappers_show_the_compiler_the_api_itself():
         compiled = inspect.unwrap(wrapper)
         assert compiled is not wrapper and hasattr(compiled, "__code__"), entry[:2]
     assert load_api_list()
+
+
+@pytest.mark.parametrize("level", ["L0", "L1"])
+def test_the_compiled_step_warning_is_one_short_line_opening_alike_at_every_level(tmp_path, capsys, level):
+    """The warning was ~588 characters, named the cells "(one: a Linear)", and opened otherwise at L1; the run
+    recorded nothing and left an empty dump root folder behind."""
+    train("mlp", PrecisionDebugger(dump_path=str(tmp_path / "dump"), task="statistics", level=level), steps=2)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+    assert len(lines) == 1 and len(lines[0]) <= 160, lines
+    assert COMPILED_SAID in lines[0] and lines[0].count("step 0: ") == 1, lines
+    assert ("the Linear cells were compiled" if level == "L0" else "no call was recorded") in lines[0], lines
+    assert not (tmp_path / "dump").exists()  # made ahead by the debugger, left empty: removed
+
+
+def test_the_jit_and_graph_mode_warnings_fit_a_line():
+    from msprobe_lite.mindspore import debugger
+
+    for text in (debugger.JIT_MESSAGE % "cell 'encoder.layers.0'", debugger.GRAPH_MODE_MESSAGE):
+        assert len("[msprobe_lite rank0] WARNING: " + text) <= 160, text

@@ -3,7 +3,8 @@ arrays (.npz), in any combination. After a checkpoint conversion this is the che
 from the same numbers; between two steps of one run, it shows which parameters moved.
 
 MindSpore names are read in PyTorch's vocabulary (the shared name mapping), so a converted checkpoint pairs
-with its source parameter by parameter. Loading never unpickles arbitrary objects.
+with its source parameter by parameter. Loading unpickles no arbitrary objects unless trusted (the CLI's
+--trust-checkpoint, for files the user made).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.state_dict import StateDictError, find_state_dict, strip_wrapper_prefixes
+from ..core.state_dict import StateDictError, find_state_dict, load_torch_checkpoint, strip_wrapper_prefixes
 from .frameworks import MAPPING, TORCH_BOOKKEEPING, load_names
 from .metrics import eps_of, tensor_metrics
 
@@ -31,17 +32,13 @@ class WeightRow:
     cosine: float | None = None
 
 
-def _torch_arrays(path: str) -> dict:
+def _torch_arrays(path: str, trust: bool = False) -> dict:
     try:
         import torch
     except ImportError:
         raise WeightsError(f"{path}: reading a PyTorch file needs torch installed") from None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad file
-        raise WeightsError(f"{path}: not a PyTorch weights file loadable with weights_only=True: {exc}") from None
     try:  # a training checkpoint holding it, DDP's `module.` names: found as the conversion finds them
-        state, _ = find_state_dict(state, torch.is_tensor, path)
+        state, _ = find_state_dict(load_torch_checkpoint(path, trust), torch.is_tensor, path)
     except StateDictError as exc:
         raise WeightsError(str(exc)) from None
     state, _ = strip_wrapper_prefixes(state)
@@ -60,8 +57,9 @@ def _mindspore_arrays(path: str) -> dict:
         raise WeightsError(f"{path}: reading a MindSpore checkpoint needs mindspore installed") from None
     try:
         params = ms.load_checkpoint(path)
-    except Exception as exc:  # noqa: BLE001
-        raise WeightsError(f"{path}: not a MindSpore checkpoint: {exc}") from None
+    except Exception:  # noqa: BLE001 - long texts naming the path again
+        raise WeightsError(f"{path}: not a MindSpore checkpoint (expected a file that mindspore.save_checkpoint "
+                           f"wrote)") from None
     return {k: v.astype(ms.float32).asnumpy() if str(v.dtype) == "BFloat16" else v.asnumpy()
             for k, v in params.items()}
 
@@ -71,16 +69,18 @@ def _numpy_arrays(path: str) -> dict:
         with np.load(path, allow_pickle=False) as archive:
             return {k: archive[k] for k in archive.files}
     except Exception as exc:  # noqa: BLE001
-        raise WeightsError(f"{path}: not a numpy .npz archive readable without pickle: {exc}") from None
+        raise WeightsError(f"{path}: not a numpy .npz archive readable without pickle "
+                           f"({' '.join(str(exc).split())[:60] or type(exc).__name__})") from None
 
 
-def load_weights(path: str, names: str = MAPPING) -> dict:
-    """{PyTorch-style name: numpy array} of a weight file, chosen by its extension."""
+def load_weights(path: str, names: str = MAPPING, trust: bool = False) -> dict:
+    """{PyTorch-style name: numpy array} of a weight file, chosen by its extension; `trust` loads a PyTorch file
+    with its pickled code run (weights_only=False)."""
     if not os.path.isfile(path):
         raise WeightsError(f"{path}: no such file (expected a .pt/.pth, .ckpt or .npz weight file)")
     ext = os.path.splitext(path)[1].lower()
     if ext in (".pt", ".pth", ".bin"):
-        return _torch_arrays(path)
+        return _torch_arrays(path, trust)
     if ext == ".npz":
         return _numpy_arrays(path)
     if ext == ".ckpt":
@@ -94,9 +94,9 @@ def load_weights(path: str, names: str = MAPPING) -> dict:
     raise WeightsError(f"{path}: unknown weight file type {ext!r} (expected .pt, .pth, .bin, .ckpt or .npz)")
 
 
-def compare_weights(first: str, second: str, names: str = MAPPING) -> list:
+def compare_weights(first: str, second: str, names: str = MAPPING, trust: bool = False) -> list:
     """A WeightRow per parameter name of either file, in the first file's order, then the second's extras."""
-    a, b = load_weights(first, names), load_weights(second, names)
+    a, b = load_weights(first, names, trust), load_weights(second, names, trust)
     rows = []
     for name, x in a.items():
         y = b.get(name)

@@ -8,7 +8,9 @@ Framework-free: a tensor is recognised by the `is_tensor` the caller passes.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+import re
+import warnings
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 from .small_file import SmallFileError, read_small_text
 
@@ -21,6 +23,49 @@ _MAX_DEPTH = 4  # {"model": {"module": sd}} is as deep as real checkpoints go
 
 class StateDictError(ValueError):
     """No weights where a state_dict was expected, or a name map that cannot be used: the message is one line."""
+
+
+def _refused(names: Sequence[str]) -> str:
+    """What the globals a weights-only load refused are, in a user's words: `argparse.Namespace`, `a numpy scalar`."""
+    numpy = [n for n in names if n.startswith("numpy.")]
+    other = [n for n in names if not n.startswith("numpy.")]
+    parts = other[:2] + ([f"{len(other) - 2} more classes"] if len(other) > 2 else [])
+    if numpy:
+        kinds = [kind for kind, ends in (("scalar", (".scalar",)), ("array", (".ndarray", "._reconstruct")))
+                 if any(n.endswith(ends) for n in numpy)]
+        parts.append("numpy values" if len(kinds) == 2 else f"a numpy {kinds[0] if kinds else 'dtype'}")
+    return " and ".join(parts)
+
+
+def load_torch_checkpoint(path: str, trust: bool = False) -> Any:
+    """What a .pt/.pth file holds. Without `trust`, loaded with weights_only=True (tensors and plain Python
+    values: nothing in the file runs); a refusal names the file and the refused classes in one line. `trust`
+    (the CLI's --trust-checkpoint) loads with weights_only=False, which runs the pickled code in the file:
+    only for files the user made. Raises StateDictError."""
+    import torch
+
+    try:
+        with warnings.catch_warnings():  # torch's notes on pickle protocols are no news to the user
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=not trust)
+    except OSError as exc:
+        raise StateDictError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except (ImportError, AttributeError) as exc:  # a trusted load of a class the saving script defined
+        cause = re.sub(r" on <module .*", "", " ".join(str(exc).split()))[:80] or type(exc).__name__
+        raise StateDictError(f"{path}: a class it holds is not importable here ({cause}); save only the state_dict")\
+            from None
+    except Exception as exc:  # noqa: BLE001 - torch raises many types for a file it cannot load
+        text = "" if trust else str(exc)
+    names: List[str] = []
+    if "GLOBAL" in text:
+        try:
+            names = list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+        except Exception:  # noqa: BLE001 - older torch: the name torch's message gives
+            names = re.findall(r"GLOBAL (\S+) was not an allowed global", text)
+    if not names:
+        raise StateDictError(f"{path}: not a PyTorch checkpoint (expected a file that torch.save wrote)")
+    raise StateDictError(f"{path}: refused {_refused(names)} (unsafe to load); save only the state_dict, or if you "
+                         f"made it: --trust-checkpoint")
 
 
 def _is_weights(value: Any, is_tensor: Callable[[Any], bool]) -> bool:

@@ -18,7 +18,8 @@ import mindspore as ms
 import numpy as np
 
 from ..compare.frameworks import MAPPING, TORCH_BOOKKEEPING, load_names
-from ..core.state_dict import StateDictError, find_state_dict, load_name_map, rename, strip_wrapper_prefixes
+from ..core.state_dict import (StateDictError, find_state_dict, load_name_map, load_torch_checkpoint, rename,
+                               strip_wrapper_prefixes)
 
 __all__ = ["ConversionReport", "StateDictError", "convert_checkpoint", "convert_state_dict", "load_into",
            "load_name_map", "load_torch_state_dict"]
@@ -58,16 +59,15 @@ def _is_tensor(value) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype")  # torch tensors, numpy arrays (load_into)
 
 
-def load_torch_state_dict(path: str):
-    """What a .pt/.pth file holds, loaded without unpickling arbitrary objects (a state_dict or a training
-    checkpoint holding one: `prepare` finds it)."""
-    import torch
-
-    return torch.load(path, map_location="cpu", weights_only=True)
+def load_torch_state_dict(path: str, trust: bool = False):
+    """What a .pt/.pth file holds (a state_dict or a training checkpoint holding one: `prepare` finds it),
+    loaded without unpickling arbitrary objects unless `trust` (core/state_dict.py: load_torch_checkpoint)."""
+    return load_torch_checkpoint(path, trust)
 
 
 def prepare(loaded, name_map: Optional[Mapping[str, str]] = None, source: str = "the state_dict") -> tuple:
-    """({name as the port calls it: tensor}, {that name: the name in the file}, notes) from a loaded checkpoint."""
+    """({name as the port calls it: tensor}, {that name: the name in the file once the wrapper prefixes the notes
+    name are removed}, notes) from a loaded checkpoint."""
     state, walked = find_state_dict(loaded, _is_tensor, source)
     notes = [f"state_dict read from {''.join(f'[{k!r}]' for k in walked)}"] if walked else []
     state, removed = strip_wrapper_prefixes(state)
@@ -77,9 +77,9 @@ def prepare(loaded, name_map: Optional[Mapping[str, str]] = None, source: str = 
     for name, value in state.items():
         new = rename(name, name_map or {})
         if new in renamed:
-            raise StateDictError(f"{source}: the name map gives {''.join(removed) + name!r} the name {new!r}, "
+            raise StateDictError(f"{source}: the name map gives {name!r} the name {new!r}, "
                                  f"which {original[new]!r} has already")
-        renamed[new], original[new] = value, "".join(removed) + name
+        renamed[new], original[new] = value, name  # as the notes say: after the prefix removal
     return renamed, original, notes
 
 
@@ -137,16 +137,22 @@ def load_into(net: ms.nn.Cell, state_dict, names: str = MAPPING,
 
 
 def convert_checkpoint(torch_path: str, ckpt_path: str, template, names: str = MAPPING,
-                       name_map: Optional[Mapping[str, str]] = None) -> ConversionReport:
+                       name_map: Optional[Mapping[str, str]] = None, trust: bool = False) -> ConversionReport:
     """A .pt/.pth checkpoint -> a MindSpore .ckpt named and shaped like `template`: a network (nn.Cell) or a
     MindSpore checkpoint of the target architecture (what `mindspore.save_checkpoint(net, ...)` wrote).
     `ckpt_path` is written only when the report is complete (every parameter converted); raises
-    StateDictError when the file holds no state_dict."""
-    loaded = load_torch_state_dict(torch_path)
+    StateDictError when the file holds no state_dict, or objects other than tensors and plain values without
+    `trust` (which runs the file's pickled code: for files the user made)."""
+    loaded = load_torch_state_dict(torch_path, trust)
     if isinstance(template, ms.nn.Cell):
         targets = {p.name: (tuple(p.shape), p.dtype) for p in template.get_parameters()}
     else:
-        targets = {k: (tuple(v.shape), v.dtype) for k, v in ms.load_checkpoint(str(template)).items()}
+        try:
+            template_params = ms.load_checkpoint(str(template))
+        except Exception:  # noqa: BLE001 - MindSpore raises many types, with long texts, for a bad file
+            raise StateDictError(f"{template}: not a MindSpore checkpoint (expected a file that "
+                                 f"mindspore.save_checkpoint wrote)") from None
+        targets = {k: (tuple(v.shape), v.dtype) for k, v in template_params.items()}
     converted, report = _convert(loaded, {k: s for k, (s, _) in targets.items()}, names, name_map, torch_path)
     if report.complete:
         ms.save_checkpoint([{"name": k, "data": ms.Tensor(v).astype(targets[k][1])} for k, v in converted.items()],

@@ -15,21 +15,12 @@ from .api_capture import ApiCapture, Quiet, _Depth
 from .framework import MindSporeFramework, is_jit
 from .summary import MindSporeSummarizer
 
-GRAPH_MODE_MESSAGE = (
-    "MindSpore is in GRAPH_MODE: the network is compiled, and MindSpore would compile Python hooks into the "
-    "graph (and fail), so nothing is captured while it is: no hook or wrapper is installed and training runs "
-    "as without the debugger. For a call-by-call dump, run the steps to debug with "
-    "mindspore.set_context(mode=mindspore.PYNATIVE_MODE).")
-JIT_MESSAGE = (
-    "%s runs under mindspore.jit: what happens inside it is compiled and is not captured call by call "
-    "(neither its sub-cells nor its APIs); its own forward and backward records are, at L0 and mix.")
-COMPILED_MESSAGE = (
-    "step %d: %s. Code compiled by mindspore.jit (or in GRAPH_MODE) runs as a graph, where the debugger sees "
-    "nothing: no cell, "
-    "API, gradient or optimizer call made inside it is recorded, and its numbers are as without the debugger. "
-    "Calls made outside it, in PyNative (an eager forward, an eager optimizer), are recorded. For a "
-    "call-by-call dump of the compiled code, run the steps to debug with the environment variable MS_JIT=0 "
-    "(mindspore.jit then runs the function as plain Python) (said once)")
+# each at most 160 characters with the log's prefix: docs/mindspore.md says the rest
+GRAPH_MODE_MESSAGE = ("MindSpore is in GRAPH_MODE: nothing is captured (hooks cannot run in a graph); debug steps in "
+                      "mindspore.PYNATIVE_MODE")
+JIT_MESSAGE = "%s runs under mindspore.jit: its own forward and backward are recorded (L0, mix), not its sub-cells or APIs"
+# step N: what was seen (the same words at every level): ...
+COMPILED_MESSAGE = "step %d: %s: mindspore.jit code runs as a graph, where the debugger sees nothing; MS_JIT=0 records it"
 
 
 def graph_mode() -> bool:
@@ -104,9 +95,9 @@ class PrecisionDebugger(Debugger):
             return
         session = self.session
         if jit.compiled.count > self._compiled_seen:
-            what = f"cells of the model given to start() were compiled into a graph (one: a {jit.compiled.latest})"
+            what = f"the {jit.compiled.latest} cells were compiled"
         elif session.step_open and not session.counters and not session.records and self.config.level != "debug":
-            what = "no call was recorded between start() and stop()/step()"
+            what = "no call was recorded"
         else:
             return
         self._warned.add("compiled")
