@@ -26,6 +26,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr,
 from pydantic_core import core_schema
 
 from .core.naming import BACKWARD, PARAMS_GRAD, direction_of
+from .core.paths import file_in_the_way
 from .core.small_file import SmallFileError, read_small_text
 
 __all__ = [
@@ -415,10 +416,8 @@ class DebuggerConfig(_Strict):
                                   "give the folder it points to, or another path")
         if os.path.exists(path) and not os.path.isdir(path):
             raise _invalid(given, "a folder path, but this is an existing file")
-        above = os.path.dirname(path)
-        while not os.path.lexists(above) and os.path.dirname(above) != above:
-            above = os.path.dirname(above)
-        if os.path.lexists(above) and not os.path.isdir(above):  # no folder can ever be made below a file
+        above = file_in_the_way(path)
+        if above is not None:
             raise _invalid(given, f"a folder path, but {above!r} on the way to it is a file")
         return path
 

@@ -262,7 +262,7 @@ def test_a_fifo_given_as_a_dump_is_refused_without_blocking(tmp_path, golden):
     stack = copy / "step0" / "rank" / "stack.json"
     stack.unlink()
     os.mkfifo(stack)
-    for target, said in ((fifo, "a FIFO"), (copy, "not a regular file (a FIFO)")):
+    for target, said in ((fifo, "a FIFO"), (copy, "but this is a FIFO")):
         done = subprocess.run([sys.executable, "-m", "msprobe_lite", "compare", "-tp", str(target), "-gp",
                                str(golden["statistics"]), "-o", str(tmp_path / "o")],
                               capture_output=True, text=True, timeout=120)

@@ -236,16 +236,24 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised():
 
 
 def test_compare_refuses_tensor_names_that_leave_the_tensor_folder(tmp_path):
-    """A dump.json is input: its data_name must not point compare at files outside the dump."""
+    """A dump.json is input: its data_name must not point compare at files outside the dump. Every row is
+    made through rows.Row, which refuses such a name; tensors.tensor_path then joins only checked names."""
     from msprobe_lite.compare import tensors
+    from msprobe_lite.compare.rows import RowError, record_rows
 
     class Dump:
         path, data_dir = str(tmp_path / "dump.json"), str(tmp_path / "dump_tensor_data")
 
+    def record(data_name):
+        return {"output": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": 1.0, "Min": 0.0,
+                            "Mean": 0.5, "Norm": 1.0, "data_name": data_name}]}
+
     for bad in ("../../etc/passwd", "/etc/passwd", "a/b.npy", "..", "x\\y.npy", "a\0.npy"):
-        with pytest.raises(tensors.TensorFileError, match="not a plain file name"):
-            tensors.tensor_path(Dump, bad)
-    assert tensors.tensor_path(Dump, "Functional.relu.0.forward.output.0.npy").startswith(Dump.data_dir)
+        with pytest.raises(RowError, match="expected a plain file name"):
+            record_rows("Functional.relu.0.forward", record(bad))
+    good = "Functional.relu.0.forward.output.0.npy"
+    assert record_rows("Functional.relu.0.forward", record(good))[0].obj["data_name"] == good
+    assert tensors.tensor_path(Dump, good).startswith(Dump.data_dir)
 
 
 def test_compare_outputs_are_complete_files_with_mode_0640(tmp_path):

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass, field
+
+from ..core.small_file import SmallFileError, file_kind, open_regular
 
 
 class DumpError(ValueError):
@@ -81,6 +82,8 @@ def _load_json(path: str, what: str):
             return json.load(f)
     except FileNotFoundError:
         raise DumpError(f"{path}: no such file ({what})") from None
+    except SmallFileError as exc:  # a FIFO or a device where a dump file belongs: refused without blocking
+        raise DumpError(f"{path}: cannot be read ({what}): expected {exc.expected}") from None
     except json.JSONDecodeError as exc:
         message = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg  # "Unterminated string starting at"
         raise DumpError(f"{path}: not valid JSON ({what}): {message} at line {exc.lineno}, "
@@ -89,27 +92,6 @@ def _load_json(path: str, what: str):
         raise DumpError(f"{path}: values nested too deep to read ({what}): a dump nests a few levels") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DumpError(f"{path}: cannot be read ({what}): {exc}") from None
-
-
-def open_regular(path: str, mode: str = "r"):
-    """`path` opened for reading if it is a regular file. Opened without blocking, so a FIFO (or a device)
-    put where a dump file belongs is refused at once rather than waited on forever."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise DumpError(f"{path}: not a regular file ({_kind(os.fstat(fd).st_mode)}): expected a dump file")
-        return open(fd, mode, encoding=None if "b" in mode else "utf-8", closefd=True)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "not a plain file"
 
 
 def _texts(value) -> bool:
@@ -250,7 +232,7 @@ def _resolve(path: str) -> list:
     if not os.path.exists(path):
         raise DumpError(f"{path}: no such file or folder")
     if not os.path.isfile(path) and not os.path.isdir(path):  # never opened: a FIFO would block
-        raise DumpError(f"{path}: {_kind(os.stat(path).st_mode)}, expected a dump.json, a rank or step folder, "
+        raise DumpError(f"{path}: {file_kind(os.stat(path).st_mode)}, expected a dump.json, a rank or step folder, "
                         f"or a dump root")
     if os.path.isfile(path):
         folder = os.path.dirname(os.path.abspath(path))

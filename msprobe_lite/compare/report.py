@@ -9,6 +9,7 @@ import math
 import operator
 import os
 
+from ..core.paths import file_in_the_way, nearest_existing
 from ..core.writer import FILE_MODE, make_dirs, write_atomic, write_bytes_atomic
 from .read import place
 
@@ -30,11 +31,10 @@ def output_folder(path: str) -> None:
     try:
         make_dirs(path)
     except OSError as exc:
-        above = os.path.dirname(os.path.abspath(path))
-        while not os.path.lexists(above) and os.path.dirname(above) != above:
-            above = os.path.dirname(above)
-        why = f"{above} is not a folder" if not os.path.isdir(above) else \
-            f"{exc.strerror} (the file system at {above} takes no new folders)" \
+        absolute = os.path.abspath(path)
+        blocker = file_in_the_way(absolute)
+        why = f"{blocker} is not a folder" if blocker is not None else \
+            f"{exc.strerror} (the file system at {nearest_existing(absolute)} takes no new folders)" \
             if isinstance(exc, FileNotFoundError) else exc.strerror
         raise OutputError(f"{path}: cannot make the output folder: {why}") from None
 

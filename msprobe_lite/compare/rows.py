@@ -67,11 +67,12 @@ class Row:
         shape = self.shape = obj.get("shape")  # None: a tensor whose shape could not be read when it was dumped
         if self.is_tensor:
             # the format's rule for a tensor object (_check_tensor), its usual case tested inline: this runs
-            # for every tensor of a dump, and a call per row was a measurable part of reading a large one
+            # for every tensor of a dump, so it avoids a further call per row
             ok = _STAT_TYPES
+            file_name = obj.get("data_name")
             if not (obj.get("Max").__class__ in ok and obj.get("Min").__class__ in ok and obj.get("Mean").__class__
                     in ok and obj.get("Norm").__class__ in ok and self.dtype in _KNOWN_DTYPES and
-                    "data_name" not in obj and (shape is None or _is_shape(shape))):
+                    (file_name is None or plain_file_name(file_name)) and (shape is None or _is_shape(shape))):
                 _check_tensor(name, obj, self.dtype, shape)  # says what is wrong, or accepts the rarer case
 
     def __repr__(self) -> str:
@@ -99,7 +100,9 @@ def _check_tensor(name: str, obj: dict, dtype: str, shape) -> None:
 
 
 def plain_file_name(name) -> bool:
-    """A tensor file's name that stays inside the dump's tensor folder: text, no separators, not `..`."""
+    """A tensor file's name that stays inside the dump's tensor folder: text, no separators, not `..`. The one
+    check of a `data_name`: every row is made through Row, so tensors.tensor_path is only given names that
+    keep it."""
     return isinstance(name, str) and bool(name) and name not in (".", "..") and \
         not any(c in name for c in ("/", "\\", "\0"))
 

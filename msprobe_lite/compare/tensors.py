@@ -15,7 +15,6 @@ import sys
 import time
 
 from .metrics import eps_of, numel, tensor_metrics
-from .rows import plain_file_name
 
 # a tensor object's field saying that its file was not written when it was dumped, and why (docs/format.md)
 UNWRITTEN = "data_error"
@@ -26,11 +25,9 @@ class TensorFileError(ValueError):
     """A tensor file that is missing or cannot be loaded, named with the dump.json that names it."""
 
 
-def tensor_path(dump, data_name) -> str:
-    """Where the dump keeps the tensor file it names `data_name`."""
-    if not plain_file_name(data_name):  # rows.Row refuses such a name first: this is for other callers
-        raise TensorFileError(f"{dump.path}: \"data_name\" {data_name!r} is not a plain file name inside "
-                              f"the tensor folder (no path separators, no '..'): refused")
+def tensor_path(dump, data_name: str) -> str:
+    """Where the dump keeps the tensor file it names `data_name`: a name from a row's tensor object, which
+    rows.Row has checked is a plain file name inside the tensor folder (rows.plain_file_name)."""
     return os.path.join(dump.data_dir or "", data_name)
 
 

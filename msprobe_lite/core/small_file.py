@@ -29,46 +29,54 @@ def _size(count: int) -> str:
     return f"{count / 2 ** 30:.1f} GiB" if count >= 2 ** 30 else f"{count:,} bytes"
 
 
-def _check_regular(path, mode: int, size: int) -> None:
-    kind = next((name for test, name in _KINDS if test(mode)), None)
+def file_kind(mode: int):
+    """What a path of this `st_mode` is when it is not a regular file ("a FIFO (named pipe)"), or None."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _check_regular(path, mode: int, size: int, max_bytes) -> None:
+    kind = file_kind(mode)
     if kind is not None:
         raise SmallFileError(path, f"a readable regular file, but this is {kind}")
-    if size > MAX_BYTES:
-        raise SmallFileError(path, f"a file of at most {MAX_BYTES // 2 ** 20} MiB, but this one holds {_size(size)}")
+    if max_bytes is not None and size > max_bytes:
+        raise SmallFileError(path, f"a file of at most {max_bytes // 2 ** 20} MiB, but this one holds {_size(size)}")
+
+
+def open_regular(path, mode: str = "r", max_bytes=None):
+    """`path` opened for reading (text as UTF-8, or bytes with mode "rb") if it is a regular file of at most
+    `max_bytes` (None: any size). Anything else is a SmallFileError naming the path and what it is; the
+    OSError of a path that cannot be opened (FileNotFoundError, PermissionError) is left to the caller.
+    Checked before opening (opening a device can do things) and again on the open file; opened without
+    blocking, so a FIFO swapped in meanwhile is refused at once rather than waited on forever."""
+    before = os.stat(path)
+    _check_regular(path, before.st_mode, before.st_size, max_bytes)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        opened = os.fstat(fd)
+        _check_regular(path, opened.st_mode, opened.st_size, max_bytes)
+        return open(fd, mode, encoding=None if "b" in mode else "utf-8", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_small_text(path) -> str:
     """The UTF-8 text of `path` (a byte-order mark is dropped). Raises SmallFileError for a missing or unreadable
     path, anything but a regular file, more than MAX_BYTES, or bytes that are not UTF-8."""
     try:
-        before = os.stat(path)
+        with open_regular(path, "rb", MAX_BYTES) as f:
+            data = f.read(MAX_BYTES + 1)  # st_size can be 0 for files that still hold bytes (/proc): count them
+    except SmallFileError:
+        raise
     except FileNotFoundError:
         raise SmallFileError(path, "the path of an existing file (not found)") from None
     except (OSError, ValueError) as exc:  # ValueError: a path holding NUL
         raise SmallFileError(path, f"a readable file ({type(exc).__name__}: {exc})") from None
-    _check_regular(path, before.st_mode, before.st_size)  # before opening: opening a device can do things
-    try:
-        # O_NONBLOCK: a FIFO swapped in after the stat must not block the open; regular files ignore it
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise SmallFileError(path, f"a readable file ({type(exc).__name__}: {exc})") from None
-    try:
-        opened = os.fstat(fd)
-        _check_regular(path, opened.st_mode, opened.st_size)
-        chunks, total = [], 0
-        while total <= MAX_BYTES:  # st_size can be 0 for files that still hold bytes (/proc): count what comes
-            chunk = os.read(fd, MAX_BYTES + 1 - total)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    except OSError as exc:
-        raise SmallFileError(path, f"a readable file ({type(exc).__name__}: {exc})") from None
-    finally:
-        os.close(fd)
-    if total > MAX_BYTES:
+    if len(data) > MAX_BYTES:
         raise SmallFileError(path, f"a file of at most {MAX_BYTES // 2 ** 20} MiB, but this one holds more")
     try:
-        return b"".join(chunks).decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise SmallFileError(path, f"a UTF-8 text file ({exc})") from None
