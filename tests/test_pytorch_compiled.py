@@ -7,6 +7,7 @@ user adds or replaces between steps are recorded from the next start().
 from __future__ import annotations
 
 import functools
+import gc
 import math
 
 import pytest
@@ -59,10 +60,12 @@ def batch():
     return torch.randint(0, 32, (2, 6), generator=gen), torch.randint(0, 32, (2, 6), generator=gen)
 
 
-def train(how, debugger=None, steps=STEPS, later=None):
+def train(how, debugger=None, steps=STEPS, later=None, give="model"):
     """Seeded AdamW training of Net, compiled as `how` says (and `later(net)` after the first step); returns
-    (losses, grads per step, params, the model given to start(), the graph counters of dynamo)."""
+    (losses, grads per step, params, the model given to start(), the graph counters of dynamo). `give`: what
+    start() gets: the model trained ("model"), the uncompiled Net ("net") or nothing ("nothing")."""
     torch._dynamo.reset()
+    gc.collect()  # earlier tests' compiled models are gone: the debugger would find them and say them too
     counters.clear()
     torch.manual_seed(0)
     net = Net()
@@ -81,8 +84,10 @@ def train(how, debugger=None, steps=STEPS, later=None):
     for step in range(steps):
         if step == 1 and later is not None:
             later(net)
-        if debugger is not None:
-            debugger.start(model=model)
+        if debugger is not None and give == "nothing":
+            debugger.start()
+        elif debugger is not None:
+            debugger.start(model=net if give == "net" else model)
         loss = F.cross_entropy(model(tokens).flatten(0, 1), target.flatten())
         loss.backward()
         grads.append({n: p.grad.clone() for n, p in net.named_parameters()})
@@ -100,7 +105,8 @@ def train(how, debugger=None, steps=STEPS, later=None):
 
 @functools.lru_cache(maxsize=None)
 def baseline(how, steps=STEPS):
-    return train(how, steps=steps)
+    losses, grads, params, _, graphs = train(how, steps=steps)
+    return losses, grads, params, None, graphs  # (kept, without the model: not a live compiled model)
 
 
 def assert_bitwise(a, b):
@@ -128,7 +134,7 @@ def test_a_compiled_model_trains_compiled_and_bitwise_as_without_the_debugger(tm
     assert run[4] == base[4]  # the same graphs, as many calls in them, no graph break: nothing ran eagerly
     said = [r.getMessage() for r in caplog.records if "torch.compile" in r.getMessage()]
     assert len(said) == 1, said  # once, not once a step
-    assert "not recorded" in said[0]
+    assert "not recorded" in said[0] and len(said[0]) <= 160
     names = list(data(tmp_path, STEPS - 1))
     assert not [n for n in names if "_orig_mod" in n or "OptimizedModule" in n]
     if level != "L1":
@@ -154,6 +160,76 @@ def test_a_compiled_model_trains_compiled_and_bitwise_as_without_the_debugger(tm
         assert "optimizer" in construct.values()
 
 
+@pytest.mark.parametrize("level, give", [("L0", "net"), ("L1", "net"), ("mix", "net"), ("L1", "nothing")])
+def test_the_uncompiled_module_or_no_model_given_trains_compiled_and_bitwise(tmp_path, level, give, caplog):
+    """`model = torch.compile(net)`, then start(model=net), or start() at L1: the wrapper is found among the live
+    objects at the first start(), and the run is as if it had been given: compiled, bitwise, said once."""
+    base = baseline("compiled")
+    with caplog.at_level("INFO", logger="msprobe_lite"):
+        run = train("compiled", debugger(tmp_path, level), give=give)
+    assert_bitwise(base, run)
+    assert run[4] == base[4]  # the same graphs and calls in them, no graph break: no hook traced, nothing eager
+    messages = [r.getMessage() for r in caplog.records]
+    assert all(len(m) <= 160 and "\n" not in m for m in messages), messages
+    said = [m for m in messages if "torch.compile" in m]
+    assert said == ["the model Net is compiled by torch.compile: its inside is not recorded, only parameter "
+                    "gradients; training is unchanged"], messages
+    assert not [m for m in messages if "internal failure" in m]
+    names = list(data(tmp_path, STEPS - 1))
+    assert names and not [n for n in names if "_orig_mod" in n or "OptimizedModule" in n]
+    if level != "L1":  # the parameter gradients, named as in an eager dump
+        grads = {n for n in data(tmp_path, 0) if ".parameters_grad." in n}
+        assert "Module.blocks.0.ln.LayerNorm.parameters_grad.0" in grads
+        assert len(grads) == len({name.rsplit(".", 1)[0] for name in run[1][0]})
+        assert not [n for n in names if ".forward." in n and n.startswith("Module.")]
+    if level != "L0":  # the loss around the compiled call, none of the calls inside it
+        assert_stats(data(tmp_path, 0)["Functional.cross_entropy.0.forward"]["output"][0], run[0][0])
+        inside = ("Functional.layer_norm", "Torch.softmax", "Functional.linear", "Functional.embedding")
+        assert not [n for n in names if n.startswith(inside)]
+
+
+def test_a_wrapper_made_after_the_first_start_is_switched_from_the_next_step(tmp_path, caplog):
+    """L1 without a model, compiled after the debugger's first step: that step runs eagerly (said, at its stop()),
+    the next ones compiled, the wrapper found again after the fallback."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = Net()
+    dbg = debugger(tmp_path, "L1")
+    tokens, target = batch()
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        dbg.start()
+        net(tokens).sum().backward()
+        dbg.stop()
+        dbg.step()
+        model = torch.compile(net)
+        counters.clear()
+        for _ in range(3):
+            dbg.start()
+            model(tokens).sum().backward()
+            dbg.stop()
+            dbg.step()
+            if _ == 0:
+                breaks = sum(counters["graph_break"].values())
+    messages = [r.getMessage() for r in caplog.records]
+    said = [m for m in messages if "ran eagerly this step" in m]  # (other tests' live wrappers are said at start)
+    assert said == ["the model Net ran eagerly this step (the API capture was on): it runs compiled from the next "
+                    "step, its inside not recorded"], messages
+    assert not [m for m in messages if "a function compiled" in m]
+    assert breaks and sum(counters["graph_break"].values()) == breaks  # no fallback after the first step
+    assert not [n for n in data(tmp_path, 3) if n.startswith("Functional.linear")]
+
+
+def test_the_names_of_a_message_are_cut_to_one_line():
+    from msprobe_lite.pytorch import compiled
+
+    for listed in (["x" * 300], [f"blocks.{i}" for i in range(100)], ["a" * 60, "b"]):
+        for message in (compiled.COMPILED_MESSAGE, compiled.SCRIPTED_MESSAGE, compiled.LATE_MESSAGE):
+            assert len(message % compiled.names(listed)) <= 160
+    assert compiled.names(["a", "b", "c"]) == "a, b, c"
+    assert compiled.names([f"blocks.{i}" for i in range(100)]).endswith("and 96 more")
+    assert len(compiled.FALLBACK_MESSAGE % "mix") <= 160
+
+
 @pytest.mark.parametrize("how", ["compiled block", "compile() block"])
 @pytest.mark.parametrize("level", ["L0", "mix"])
 def test_a_compiled_submodule_is_one_record_named_as_in_an_eager_dump(tmp_path, level, how, caplog):
@@ -163,8 +239,8 @@ def test_a_compiled_submodule_is_one_record_named_as_in_an_eager_dump(tmp_path, 
         run = train(how, debugger(tmp_path / "compiled", level), steps=1)
     assert_bitwise(base, run)
     assert run[4] == base[4]
-    eager = train("eager", debugger(tmp_path / "eager", level), steps=1)
     assert sum("torch.compile" in r.getMessage() for r in caplog.records) == 1
+    eager = train("eager", debugger(tmp_path / "eager", level), steps=1)
     compiled_names = list(data(tmp_path / "compiled"))
     eager_names = list(data(tmp_path / "eager"))
     modules = [n for n in eager_names if n.startswith("Module.")]
@@ -264,7 +340,7 @@ def test_a_compiled_function_called_in_the_step_is_safe(tmp_path, level, caplog)
         got = train_compiled_function(debugger(tmp_path, level))
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if "internal failure" in m]
-    fallback = [m for m in messages if "a function compiled by torch.compile ran while" in m]
+    fallback = [m for m in messages if "a function compiled by torch.compile ran eagerly" in m]
     if level == "L0":
         assert all(torch.equal(a, b) for a, b in zip(base[0], got[0]))
         assert all(torch.equal(a, b) for a, b in zip(base[1], got[1]))

@@ -10,6 +10,7 @@ TorchScript modules run in C++ and accept no hooks at all. Each kind is said onc
 """
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import weakref
@@ -21,19 +22,33 @@ from ..core.safety import guarded, log
 COMPILED = "compiled"
 SCRIPTED = "scripted"
 
-COMPILED_MESSAGE = (
-    "%s runs compiled by torch.compile: the debugger cannot record inside compiled code yet, so the modules and "
-    "API calls inside it are not recorded, only the modules' parameter gradients (a compiled submodule is "
-    "recorded as one call, under its uncompiled name; the code around it, such as the loss and the optimizer, "
-    "is recorded as usual). It trains compiled, with the same graphs and numbers as without the debugger")
-FALLBACK_MESSAGE = (
-    "a function compiled by torch.compile ran while the API capture was on (level %s): dynamo cannot trace the "
-    "capture, so it ran that code eagerly, and its numbers may differ in their last bits from a compiled run "
-    "without the debugger. Compile the module that calls it (torch.compile(module) or module.compile()) and pass "
-    "the model to start(), or dump at L0")
-SCRIPTED_MESSAGE = (
-    "%s runs as TorchScript (torch.jit.script or trace), where Python hooks do not run: it and the modules and "
-    "API calls inside it are not recorded; the calls around it are")
+# One line each, at most 160 characters: the names of a message are cut to NAMES_WIDTH characters (names())
+COMPILED_MESSAGE = ("%s is compiled by torch.compile: its inside is not recorded, only parameter gradients; "
+                    "training is unchanged")
+FALLBACK_MESSAGE = ("a function compiled by torch.compile ran eagerly (level %s: dynamo cannot trace the API "
+                    "capture): its numbers may differ. Compile its module or dump at L0")
+SCRIPTED_MESSAGE = ("%s runs as TorchScript (no Python hooks): it and the calls inside it are not recorded, the "
+                    "calls around it are")
+LATE_MESSAGE = ("%s ran eagerly this step (the API capture was on): it runs compiled from the next step, its "
+                "inside not recorded")
+NAMES_WIDTH = 50
+
+
+def names(listed) -> str:
+    """`a, b and 3 more`, within NAMES_WIDTH characters (a single long name is cut)."""
+    shown = []
+    for i, name in enumerate(listed):
+        rest = len(listed) - i - 1
+        tail = f" and {rest} more" if rest else ""
+        if len(", ".join(shown + [name])) + len(tail) > NAMES_WIDTH:
+            break
+        shown.append(name)
+    if not shown:
+        first = listed[0]
+        tail = f" and {len(listed) - 1} more" if len(listed) > 1 else ""
+        return first[:NAMES_WIDTH - len(tail) - 3] + "..." + tail
+    rest = len(listed) - len(shown)
+    return ", ".join(shown) + (f" and {rest} more" if rest else "")
 
 
 def _optimized_module_type():
@@ -45,6 +60,34 @@ def _optimized_module_type():
 
 
 OPTIMIZED = _optimized_module_type()
+# module -> weak references to the `torch.compile(module)` wrappers that hold it and that are not in the model
+# given to start() (`model = torch.compile(net)`, then `start(model=net)`): the module is compiled as if the
+# wrapper had been given. Filled by find_wrappers().
+_WRAPPERS = weakref.WeakKeyDictionary()
+
+
+def wrappers_of(module) -> list:
+    """The live `torch.compile` wrappers found for `module` outside the model (find_wrappers)."""
+    refs = _WRAPPERS.get(module) if _WRAPPERS else None
+    return [w for w in (ref() for ref in refs) if w is not None] if refs else []
+
+
+def find_wrappers() -> list:
+    """Every live `OptimizedModule` (one pass over the objects that the garbage collector tracks: about 0.2 s
+    per million objects, so only at the first start(), when a model's tree changed, and after compiled code
+    fell back to eager); the modules they wrap are recorded in _WRAPPERS. Returns the wrappers."""
+    if not OPTIMIZED:
+        return []
+    from .framework import TorchFramework  # the framework imports this module
+
+    found = [obj for obj in gc.get_objects() if type(obj) is OPTIMIZED]
+    _WRAPPERS.clear()
+    for wrapper in found:
+        inner = wrapper.__dict__.get("_modules", {}).get("_orig_mod")
+        if isinstance(inner, torch.nn.Module):  # torch.compile(ddp) compiles the network that start(ddp) hooks
+            for module in {inner, TorchFramework.unwrap(inner)}:
+                _WRAPPERS.setdefault(module, []).append(weakref.ref(wrapper))
+    return found
 
 
 def kind(module):
@@ -52,6 +95,8 @@ def kind(module):
     if isinstance(module, torch.jit.ScriptModule):
         return SCRIPTED
     if (OPTIMIZED and isinstance(module, OPTIMIZED)) or module.__dict__.get("_compiled_call_impl") is not None:
+        return COMPILED
+    if _WRAPPERS and wrappers_of(module):
         return COMPILED
     return None
 
@@ -90,11 +135,14 @@ def hook_call(module, pre, post) -> list:
     when it raises, output None), outside compiled code; returns handles with `remove()`.
 
     A module compiled in place compiles the very call that runs its hooks, so there the compiled call itself is
-    wrapped (an instance attribute of torch's, restored by the handle)."""
+    wrapped (an instance attribute of torch's, restored by the handle). A module held by `torch.compile` wrappers
+    outside the model is hooked on those wrappers (the module's own hooks would be compiled)."""
     compiled = module.__dict__.get("_compiled_call_impl")
     if compiled is None:
-        return [module.register_forward_pre_hook(pre, with_kwargs=True),
-                module.register_forward_hook(post, with_kwargs=True, always_call=True)]
+        targets = [module] if OPTIMIZED and isinstance(module, OPTIMIZED) else wrappers_of(module) or [module]
+        return [handle for target in targets for handle in (
+            target.register_forward_pre_hook(pre, with_kwargs=True),
+            target.register_forward_hook(post, with_kwargs=True, always_call=True))]
 
     def call(*args, **kwargs):
         pre(module, args, kwargs)
@@ -125,7 +173,13 @@ class _Restore:
 
 class CompiledRegions:
     """Says each compiled or scripted module of the models given to start() once, and keeps the API capture's
-    mode off while a compiled module runs (dynamo would trace the mode, which it cannot, and run eagerly)."""
+    mode off while a compiled module runs (dynamo would trace the mode, which it cannot, and run eagerly).
+
+    A `torch.compile(module)` wrapper outside the model given (`model = torch.compile(net)`, then
+    `start(model=net)`; or no model at L1) is found among the live objects (find_wrappers) at the first start(),
+    when a given model's tree changed, and after a stop() whose step fell back to eager at the capture: the module
+    it wraps is then compiled for the debugger as if the wrapper had been given, and at L1 and mix the capture is
+    switched off while any wrapper runs."""
 
     def __init__(self, capture=None):
         self.capture = capture
@@ -134,6 +188,8 @@ class CompiledRegions:
         self._local = threading.local()
         self._breaks = 0            # dynamo's graph breaks at the capture's mode when the capture began
         self._said_fallback = False
+        self._shape = None          # the identities of the given models' modules when wrappers were looked for
+        self._loose = weakref.WeakSet()  # wrappers found whose module is in no given model
 
     @guarded("start()")
     def scan(self, models) -> None:
@@ -141,25 +197,43 @@ class CompiledRegions:
         the edge of each compiled module not switched yet."""
         from .framework import TorchFramework  # the framework imports this module
 
+        roots = [TorchFramework.unwrap(given) for given in models]
+        trees = [list(walk(root)) for root in roots]
+        shape = [id(module) for tree in trees for _, module in tree]
+        if shape != self._shape:  # the first start(), or a model changed: wrappers made outside it are looked for
+            self._shape = shape
+            self._look(trees)
+            trees = [list(walk(root)) for root in roots]  # modules wrapped outside the model are compiled now
         found = {COMPILED: [], SCRIPTED: []}
-        for index, given in enumerate(models):
-            root = TorchFramework.unwrap(given)
-            prefix = f"{index}." if len(models) > 1 else ""
+        for index, tree in enumerate(trees):
+            prefix = f"{index}." if len(trees) > 1 else ""
             outer = []  # compiled modules' paths: one compiled inside them is compiled into their graph
-            for path, module in walk(root):
+            for path, module in tree:
                 what = kind(module)
                 if what is None or any(path.startswith(p) for p in outer):
                     continue
                 outer.append(f"{path}." if path else "")
-                name = prefix + path if path else f"the model {type(original(module)).__name__}"
-                if (what, name) not in self._said:
-                    self._said.add((what, name))
-                    found[what].append(name)
-                if what == COMPILED and self.capture is not None and module not in self._hooked:
-                    self._hooked[module] = hook_call(module, self._suspend, self._resume)
+                self._found(found, what, prefix + path if path else f"the model {type(original(module)).__name__}",
+                            module)
+        if self.capture is not None:  # wrappers outside the models: only the capture's switch is theirs
+            for wrapper in list(self._loose):
+                self._found(found, COMPILED, f"the model {type(original(wrapper)).__name__}", wrapper)
         for what, message in ((COMPILED, COMPILED_MESSAGE), (SCRIPTED, SCRIPTED_MESSAGE)):
             if found[what]:
-                log.warning(message, ", ".join(found[what]))
+                log.warning(message, names(found[what]))
+
+    def _found(self, found, what, name, module) -> None:
+        if (what, name) not in self._said:
+            self._said.add((what, name))
+            found[what].append(name)
+        if what == COMPILED and self.capture is not None and module not in self._hooked:
+            self._hooked[module] = hook_call(module, self._suspend, self._resume)
+
+    def _look(self, trees) -> None:
+        """Looks for the live wrappers (find_wrappers); those of no given model's module are kept as loose."""
+        inside = {id(module) for tree in trees for _, module in tree}
+        self._loose = weakref.WeakSet(w for w in find_wrappers() if id(w) not in inside
+                                      and id(original(w)) not in inside)
 
     def _breaks_at_capture(self) -> int:
         """Dynamo's count of graph breaks at the capture's mode (its counters name the mode's class): a
@@ -178,10 +252,19 @@ class CompiledRegions:
 
     @guarded("stop()")
     def ended(self, level) -> None:
-        """Says once that compiled code fell back to eager because of the capture (then numbers may differ)."""
-        if self.capture is not None and not self._said_fallback and self._breaks_at_capture() > self._breaks:
-            self._said_fallback = True
-            log.warning(FALLBACK_MESSAGE, level)
+        """Compiled code fell back to eager because of the capture: a wrapper made since the last look (switched
+        at the next start(), said now), else said once (then numbers may differ)."""
+        if self.capture is None or self._said_fallback or self._breaks_at_capture() <= self._breaks:
+            return
+        self._shape = None  # the next start() looks again
+        late = [w for w in find_wrappers() if w not in self._hooked and original(w) not in self._hooked]
+        if late:
+            said = [f"the model {type(original(w)).__name__}" for w in late]
+            self._said.update((COMPILED, name) for name in said)
+            log.warning(LATE_MESSAGE, names(said))
+            return
+        self._said_fallback = True
+        log.warning(FALLBACK_MESSAGE, level)
 
     def remove(self) -> None:
         for handles in list(self._hooked.values()):

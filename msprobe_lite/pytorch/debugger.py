@@ -27,9 +27,10 @@ class PrecisionDebugger(Debugger):
 
     def start(self, model=None) -> None:
         """As `Debugger.start`; first, compiled and TorchScript modules in `model` are said once, and the API
-        capture is kept off inside compiled ones (at L1 too, when the model is given)."""
-        if model is not None and not self.session.finished:
-            models = list(model) if isinstance(model, (list, tuple)) else [model]
+        capture is kept off inside compiled ones, and inside `torch.compile` wrappers made outside the model
+        (`model = torch.compile(net)`, then `start(model=net)`, or no model at L1): compiled.CompiledRegions."""
+        if not self.session.finished:
+            models = list(model) if isinstance(model, (list, tuple)) else [model] if model is not None else []
             self.compiled.scan([m for m in models if isinstance(m, torch.nn.Module)])
         super().start(model)
         self.compiled.began()
