@@ -18,44 +18,19 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+
+from lm import Net  # noqa: E402  (the tests' small transformer, device-agnostic)
 
 from msprobe_lite.pytorch import PrecisionDebugger  # noqa: E402
 
 DEV = os.environ.get("CHECK_DEVICE", "cuda")  # CHECK_DEVICE=cpu runs the same checks on the CPU (to try the script)
 
 
-class Block(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.ln = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.out = nn.Linear(d, d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x):
-        q, k, v = self.qkv(self.ln(x)).chunk(3, dim=-1)
-        x = x + self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True))
-        return x + self.mlp(x)
-
-
-class Net(nn.Module):
-    def __init__(self, vocab=128, d=64, layers=2):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList([Block(d) for _ in range(layers)])
-        self.head = nn.Linear(d, vocab)
-
-    def forward(self, tokens):
-        x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
-
 def train(steps, debugger=None, compiled=False, dtype=torch.float32):
     torch.manual_seed(0)
-    model = Net().to(DEV, dtype)
+    model = Net(vocab=128, d=64).to(DEV, dtype)
     run = torch.compile(model) if compiled else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     tokens = torch.randint(0, 128, (4, 32), device=DEV)
@@ -106,7 +81,7 @@ def check_statistics(results, tmp):
             path = os.path.join(tmp, name.replace(" ", "_"))
             seen = {}
             torch.manual_seed(0)
-            model = Net().to(DEV, dtype)
+            model = Net(vocab=128, d=64).to(DEV, dtype)
             def keep(name):
                 def hook(module, args, output):
                     seen.setdefault(name, stats64(output))  # returns None: the output stays the model's
