@@ -24,6 +24,17 @@ from msprobe_lite.pytorch import PrecisionDebugger
 STEPS = 3
 
 
+@pytest.fixture(autouse=True)
+def deterministic():
+    """Inductor's CPU backward of an embedding adds with atomics, whose order varies from run to run: two
+    compiled runs without the debugger can differ in the last bits. Deterministic algorithms make the compiled
+    run reproducible, so that "bitwise as without the debugger" is a claim about the debugger."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before)
+
+
 def batch():
     gen = torch.Generator().manual_seed(7)
     return torch.randint(0, 32, (2, 6), generator=gen), torch.randint(0, 32, (2, 6), generator=gen)

@@ -112,6 +112,10 @@ def main() -> int:
     if DEV == "cuda" and not torch.cuda.is_available():
         print("check_cuda: no CUDA device", file=sys.stderr)
         return 2
+    # Two runs compare bitwise only when each is reproducible: atomics (an embedding's backward, on CUDA and in
+    # inductor's CPU code) add in an order that varies from run to run
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name() if DEV == 'cuda' else DEV}")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
