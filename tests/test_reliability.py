@@ -843,8 +843,8 @@ def _doubles_hard_to_print(rnd) -> list:
 
 
 def test_c_floats_are_written_as_float_repr():
-    """The C writer formats floats itself (core/_shortest_float.h, not CPython's dtoa): the characters must be
-    float.__repr__'s, as json.dumps writes them, for every double."""
+    """The C writer formats floats through PyOS_double_to_string: the characters must be float.__repr__'s, as
+    json.dumps writes them, for every double."""
     import random
 
     from msprobe_lite.core import writer
@@ -859,17 +859,33 @@ def test_c_floats_are_written_as_float_repr():
         pytest.fail(f"{len(wrong)} floats differ from repr, e.g. {wrong[:5]}")
 
 
-def test_the_powers_of_five_table_is_what_its_generator_writes():
-    """core/_pow5_tables.h is generated (tools/make_float_tables.py) by exact integer arithmetic."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sys.path.insert(0, os.path.join(root, "tools"))
+def test_edge_floats_are_written_as_json_writes_them(record_lines):
+    """Floats at the edges of the format (signed zero, subnormals, the largest double, where repr switches to an
+    exponent, NaN and the infinities) read the same on both routes: in lists, in a summary's tuple of
+    statistics and in a Stats (its doubles read in place by the C route)."""
+    import math
+
+    from msprobe_lite.core.records import Record, TensorSummary, json_default
     try:
-        import make_float_tables
-    finally:
-        sys.path.pop(0)
-    with open(os.path.join(root, "msprobe_lite", "core", "_pow5_tables.h"), encoding="utf-8") as f:
-        assert f.read() == make_float_tables.header()
-    assert make_float_tables.pow5_inv(1) == (1 << 127) // 5 + 1 and make_float_tables.pow5(1) == 5 << 122
+        from msprobe_lite.core._fast_stats import Stats
+    except ImportError:  # the Python routes only: no Stats to meet
+        Stats = None
+
+    edges = [0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 2.225073858507201e-308, 1.7976931348623157e308,
+             -1.7976931348623157e308, 1e16, 9999999999999998.0, 1e15, 1e-7, 1e-4, 1e-5, 0.0001, 0.1 + 0.2, 0.1,
+             1 / 3, 123.0, 2.0 ** 53, 2.0 ** 53 + 2, 1e22, 1e23, 1.5e-323, math.nan, -math.nan, math.inf, -math.inf]
+    edges += [-v for v in edges]
+    records = [Record("list", {"v": edges})]
+    for i in range(0, len(edges) - 3, 4):
+        four = tuple(edges[i:i + 4])
+        records.append(Record(f"tuple.{i}", {"v": [TensorSummary("t", "f", [4], four, None)]}))
+        if Stats is not None:
+            records.append(Record(f"stats.{i}", {"v": [TensorSummary("t", "f", [4], Stats(four), True)]}))
+    for record in records:
+        assert record_lines([record]).decode() == f"{json.dumps(record.name)}: " + json.dumps(
+            record.data, default=json_default)
+    assert '"Max": -0.0' in record_lines(records).decode()
+    assert "NaN, NaN, Infinity, -Infinity" in record_lines(records[:1]).decode()
 
 
 def test_a_summary_freed_while_a_record_is_written_never_lends_its_text(record_lines):

@@ -2,8 +2,7 @@
 
 Why C: formatting a step's records is one of the largest costs of a dumped step (about 9 µs a record in
 Python: a few hundred records a step, each a nest of lists, dicts and tensor summaries). Here a record
-costs about a microsecond. Floats are written by core/_shortest_float.h, which gives float.__repr__'s
-characters without CPython's dtoa (the largest part of the cost before).
+costs about a microsecond. Floats go through PyOS_double_to_string, float.__repr__'s own function.
 
 What is formatted here: exact dicts with str keys, lists, str, float, int, bool and None, and tensor
 summaries whose fields have their usual types (see summary()). Anything else (a non-str key, a subclass, an
@@ -17,14 +16,11 @@ so the output is json.dumps(..., ensure_ascii=True) byte for byte in every case.
 #include <string.h>
 
 #include "_fast_stats.h"
-#include "_shortest_float.h"
 #include "_slots.h"
 
-/* The output, written straight into the bytes object that is returned (no copy of a few hundred KB at the
-   end, no second block of fresh pages to fault in). */
+/* The output, built in a PyMem buffer that grows by doubling; the bytes object is made once at the end. */
 typedef struct {
-    PyObject *bytes; /* NULL until the first write */
-    char *data;
+    char *data; /* NULL until the first write */
     Py_ssize_t len, cap;
 } buf_t;
 
@@ -34,10 +30,12 @@ static int grow(buf_t *b, Py_ssize_t extra) {
     Py_ssize_t cap = b->cap ? b->cap : 1 << 16;
     while (cap < b->len + extra)
         cap *= 2;
-    if (b->bytes == NULL ? (b->bytes = PyBytes_FromStringAndSize(NULL, cap)) == NULL
-                         : _PyBytes_Resize(&b->bytes, cap) < 0) /* frees and clears it on failure */
+    char *data = PyMem_Realloc(b->data, (size_t)cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
         return -1;
-    b->data = PyBytes_AS_STRING(b->bytes);
+    }
+    b->data = data;
     b->cap = cap;
     return 0;
 }
@@ -101,27 +99,19 @@ static int put_str(buf_t *b, PyObject *s, PyObject *escape) {
 
 static FastStatsApi *STATS; /* NULL when _fast_stats is not built */
 
-/* float.__repr__ for finite values (core/_shortest_float.h: the same characters, without dtoa), json's NaN /
-   Infinity / -Infinity otherwise. */
+/* float.__repr__ for finite values (the same call it makes), json's NaN / Infinity / -Infinity otherwise. */
 static int put_float(buf_t *b, double v) {
     if (!isfinite(v)) {
         if (isnan(v))
             return PUT(b, "NaN");
         return v > 0 ? PUT(b, "Infinity") : PUT(b, "-Infinity");
     }
-#if SHORTEST_FLOAT
-    if (grow(b, 32) < 0)
-        return -1;
-    b->len += format_repr(v, b->data + b->len);
-    return 0;
-#else
     char *text = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     if (text == NULL)
         return -1;
     int rc = put(b, text, (Py_ssize_t)strlen(text));
     PyMem_Free(text);
     return rc;
-#endif
 }
 
 /* Decimal digits of `n` written at `out` (no sign), backwards from a local buffer: snprintf's format parsing
@@ -436,7 +426,7 @@ static PyObject *record_lines(PyObject *self, PyObject *args) {
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    buf_t b = {NULL, NULL, 0, 0};
+    buf_t b = {NULL, 0, 0};
     if (slots_find(&k.summary_slots, k.summary_type, SUMMARY_FIELDS, 6) < 0 ||
         (n > 0 && slots_find(&k.record_slots, (PyObject *)Py_TYPE(PyTuple_GET_ITEM(seq, 0)), RECORD_FIELDS, 2) < 0) ||
         (n > 0 && grow(&b, n < (1 << 14) ? n * 1024 : (Py_ssize_t)1 << 24) < 0)) { /* most records take less */
@@ -458,7 +448,7 @@ static PyObject *record_lines(PyObject *self, PyObject *args) {
         Py_XDECREF(name);
         Py_XDECREF(data);
         if (rc) {
-            Py_XDECREF(b.bytes);
+            PyMem_Free(b.data);
             Py_DECREF(seq);
             seen_clear(&k.seen);
             return NULL;
@@ -466,11 +456,9 @@ static PyObject *record_lines(PyObject *self, PyObject *args) {
     }
     Py_DECREF(seq);
     seen_clear(&k.seen);
-    if (b.bytes == NULL)
-        return PyBytes_FromStringAndSize("", 0);
-    if (_PyBytes_Resize(&b.bytes, b.len) < 0)
-        return NULL;
-    return b.bytes;
+    PyObject *text = PyBytes_FromStringAndSize(b.data ? b.data : "", b.len);
+    PyMem_Free(b.data);
+    return text;
 }
 
 static PyMethodDef METHODS[] = {
