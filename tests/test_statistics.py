@@ -623,6 +623,42 @@ def test_c_encoder_fills_summaries_itself_only_for_the_plain_summary_class():
     assert type(kept(t)) is TensorSummary
 
 
+@pytest.mark.skipif(torch_summary.FastEncoder is None, reason="the C encoder is not built or not imported")
+def test_c_encoder_follows_what_a_tensor_type_of_its_own_overrides():
+    """The C encoder calls PyTorch's getters and methods directly, found once in the classes of its tensor
+    types along their MRO: a read that one of them overrides (or that they do not share) goes through the
+    attribute lookup, for that type and for the others; the reads they share still summarise alike."""
+    from msprobe_lite.core.records import SHAPES, TensorSummary, canonical_shape
+    from msprobe_lite.core.values import MAX_DEPTH
+
+    class Flagged(torch.Tensor):  # a requires_grad of its own
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        @property
+        def requires_grad(self):
+            return True
+
+    class Inherits(torch.Tensor):  # overrides nothing: every read is torch.Tensor's
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+    class Sized(Inherits):  # stride() overridden further down the MRO, still the same values
+        def stride(self, *args):
+            return super().stride(*args)
+
+    def encoder(*types):
+        return torch_summary.FastEncoder(types, None, {}, None, TensorSummary, torch_summary._IN_PLACE_KINDS,
+                                         torch.strided, canonical_shape, SHAPES, MAX_DEPTH)
+
+    base = torch.arange(6.0).reshape(2, 3)
+    want = encoder(torch.Tensor)(base).to_json()
+    flagged = encoder(torch.Tensor, Flagged)
+    assert flagged(base.as_subclass(Flagged)).requires_grad is True      # the override is followed
+    assert flagged(base.clone()).to_json() == want                         # a plain tensor is as before
+    for kind in (Inherits, Sized):
+        assert encoder(torch.Tensor, kind)(base.as_subclass(kind)).to_json() == want
+        assert encoder(kind)(base.clone().as_subclass(kind)).to_json() == want
+
+
 def test_c_encoder_caches_by_identity_and_version(encoder_route):
     s = TorchSummarizer(_Session())
     t = torch.arange(8.0)

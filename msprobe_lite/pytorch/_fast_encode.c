@@ -135,6 +135,35 @@ static int read_bool(Encoder *e, PyObject *t, int which) {
     return r;
 }
 
+/* What the attribute lookup of `name` on an instance of `kind` finds in the class: the first entry along the
+   MRO's class dicts, no descriptor called, as inspect.getattr_static finds it (a new reference, or NULL with
+   no exception when none; NULL with an exception on an error). Only Encoder.__init__ looks, once. */
+static PyObject *class_attribute(PyTypeObject *kind, PyObject *name) {
+    PyObject *mro = kind->tp_mro;
+    if (mro == NULL || !PyTuple_Check(mro))
+        return NULL;
+    Py_INCREF(mro); /* the MRO may be replaced while a dict is read */
+    PyObject *found = NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro) && found == NULL; i++) {
+        PyObject *base = PyTuple_GET_ITEM(mro, i);
+        if (!PyType_Check(base))
+            continue;
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *dict = PyType_GetDict((PyTypeObject *)base);
+#else
+        PyObject *dict = Py_XNewRef(((PyTypeObject *)base)->tp_dict);
+#endif
+        if (dict == NULL)
+            continue;
+        found = Py_XNewRef(PyDict_GetItemWithError(dict, name));
+        Py_DECREF(dict);
+        if (found == NULL && PyErr_Occurred())
+            break;
+    }
+    Py_DECREF(mro);
+    return found;
+}
+
 /* Encoder.__init__: the descriptor of each read that the tensor types share, when it is PyTorch's getter or
    method (see read_of); NULL otherwise. */
 static void find_reads(PyObject *tensor_types, PyObject **reads) {
@@ -142,18 +171,20 @@ static void find_reads(PyObject *tensor_types, PyObject **reads) {
         PyObject *found = NULL;
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(tensor_types); k++) {
             PyObject *kind = PyTuple_GET_ITEM(tensor_types, k);
-            PyObject *descr = PyType_Check(kind) ? _PyType_Lookup((PyTypeObject *)kind, READ_STRS[i]) : NULL;
+            PyObject *descr = PyType_Check(kind) ? class_attribute((PyTypeObject *)kind, READ_STRS[i]) : NULL;
+            if (descr == NULL)
+                PyErr_Clear(); /* an odd class: its reads are looked up per tensor */
             int usable = descr != NULL && (Py_IS_TYPE(descr, i < R_IS_NEG ? &PyGetSetDescr_Type : &PyMethodDescr_Type));
             if (!usable || (found != NULL && descr != found)) {
-                found = NULL;
+                Py_XDECREF(descr);
+                Py_CLEAR(found);
                 break;
             }
-            found = descr;
+            Py_XSETREF(found, descr);
         }
         if (found != NULL && Py_IS_TYPE(found, &PyGetSetDescr_Type) &&
             ((PyGetSetDescrObject *)found)->d_getset->get == NULL)
-            found = NULL;
-        Py_XINCREF(found);
+            Py_CLEAR(found);
         Py_XSETREF(reads[i], found);
     }
 }
