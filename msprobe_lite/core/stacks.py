@@ -12,7 +12,10 @@ import linecache
 import os
 import sys
 
+from . import native
+
 try:  # the same walk in C (several times faster on deep stacks); optional like the other kernels
+    native.require()
     from ._fast_stack import Filer as _Filer, walk as _walk_c
 except ImportError:  # built without a C compiler
     _Filer = _walk_c = None

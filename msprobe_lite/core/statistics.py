@@ -17,8 +17,10 @@ import math
 import numpy as np
 
 from .records import NO_STATS
+from . import native
 
 try:
+    native.require()
     from ._fast_stats import stats as one_pass
     from ._fast_stats import team as kernel_team  # team(claim) -> (threads, reads): see _fast_stats.c
 except ImportError:  # built without a C compiler: the library routes alone

@@ -14,8 +14,10 @@ import os
 import threading
 
 from .records import SavedTensor, TensorSummary, json_default, json_scalar, json_str
+from . import native
 
 try:  # the same bytes as record_lines_python below, several times faster; optional like the statistics kernel
+    native.require()
     from ._fast_json import record_lines as _record_lines_c
 except ImportError:  # built without a C compiler
     _record_lines_c = None

@@ -44,8 +44,10 @@ from ..core.records import Record
 from ..core.safety import guarded, log, report_failure
 from ..core.values import MAX_DEPTH, tensor_leaves
 from .framework import _KEYS, PLAIN_TENSORS, TorchFramework, _HookHandle
+from ..core import native
 
 try:  # the C side of __torch_function__; optional like the other C routes
+    native.require()
     from ._fast_capture import Handler as FastHandler
 except ImportError:  # built without a C compiler
     FastHandler = None

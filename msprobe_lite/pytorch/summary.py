@@ -23,8 +23,10 @@ from ..core.summary import resolve_pending as core_resolve
 from ..core.values import MAX_DEPTH, ValueEncoder
 from ..core.writer import write_bytes_atomic
 from .framework import PLAIN_TENSORS
+from ..core import native
 
 try:  # call values to dump values in C: the walk, the cache and CPU float summaries (see _fast_encode.c)
+    native.require()
     from ._fast_encode import Encoder as FastEncoder
 except ImportError:  # built without a C compiler (it needs the statistics kernel too)
     FastEncoder = None
