@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from helpers import data
+from helpers import data, leave_spawned_worker
 
 
 def _free_port() -> int:
@@ -35,6 +35,7 @@ def _worker(rank, world, port, config):
         d.step()
     finally:
         dist.destroy_process_group()
+    leave_spawned_worker()
 
 
 def run(tmp_path, ranks=()):
@@ -97,10 +98,7 @@ def _ddp_worker(rank, world, port, config, out, shift=0.0):
         torch.save({name: p.grad for name, p in model.module.named_parameters()}, os.path.join(out, f"grad{rank}.pt"))
     finally:
         dist.destroy_process_group()
-    # Everything is on disk. Freeing DDP's Reducer at the frame's end can deadlock in PyTorch's gloo teardown
-    # (seen rarely here: the main thread joins gloo's worker while holding the GIL, which the worker needs to
-    # free a torch-function mode kept in a finished work's thread-local state): leave without it.
-    os._exit(0)
+    leave_spawned_worker()
 
 
 def test_parameter_gradients_under_ddp_are_the_averaged_grad(tmp_path):

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from helpers import assert_stats, data
+from helpers import assert_stats, data, leave_spawned_worker
 from test_distributed_l0 import _free_port
 
 
@@ -46,6 +46,7 @@ def _worker(rank, world, port, config, out):
         torch.save({"t": t, "u": u, "g": gathered, "k": by_keyword}, os.path.join(out, f"live{rank}.pt"))
     finally:
         dist.destroy_process_group()
+    leave_spawned_worker()
 
 
 def test_collectives_are_recorded_with_buffers_after_the_operation(tmp_path):
@@ -98,6 +99,7 @@ def _logging_worker(rank, world, port, config, shift):
         d.step()
     finally:
         dist.destroy_process_group()
+    leave_spawned_worker()
 
 
 def test_a_collective_on_an_untouched_rank_says_the_difference_came_from_another_rank(tmp_path):
