@@ -449,3 +449,26 @@ def test_the_boundaries_of_a_compiled_module_go_when_the_last_step_raises_the_us
         debugger.step()
     assert caught.value is error and debugger.session.finished
     assert not debugger.compiled._hooked
+
+
+def test_a_run_that_compiles_nothing_does_not_import_dynamo(tmp_path):
+    """Importing torch's compiler costs about a second and sets up its machinery in the user's process: a run
+    that compiles nothing must not pay it because the debugger looks for compiled modules."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys, torch
+from msprobe_lite.pytorch import PrecisionDebugger
+model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh())
+for level in ("L0", "L1", "mix"):
+    d = PrecisionDebugger(dump_path={str(tmp_path)!r} + "/" + level, task="statistics", level=level)
+    d.start(model=model)
+    model(torch.randn(2, 4)).sum().backward()
+    d.stop()
+    d.step()
+print("torch._dynamo" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -51,15 +51,17 @@ def names(listed) -> str:
     return ", ".join(shown) + (f" and {rest} more" if rest else "")
 
 
-def _optimized_module_type():
-    try:
-        from torch._dynamo.eval_frame import OptimizedModule
-    except ImportError:  # a PyTorch without dynamo: nothing is compiled
-        return ()
-    return OptimizedModule
+def _optimized():
+    """The class `torch.compile(module)` returns, or None while dynamo is not imported: nothing is compiled
+    before it is (torch.compile imports it), and importing it here would cost every run about a second."""
+    return getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
 
 
-OPTIMIZED = _optimized_module_type()
+def is_wrapper(module) -> bool:
+    """Whether `module` is what `torch.compile(module)` returned."""
+    cls = _optimized()
+    return cls is not None and isinstance(module, cls)
+
 # module -> weak references to the `torch.compile(module)` wrappers that hold it and that are not in the model
 # given to start() (`model = torch.compile(net)`, then `start(model=net)`): the module is compiled as if the
 # wrapper had been given. Filled by find_wrappers().
@@ -76,11 +78,12 @@ def find_wrappers() -> list:
     """Every live `OptimizedModule` (one pass over the objects that the garbage collector tracks: about 0.2 s
     per million objects, so only at the first start(), when a model's tree changed, and after compiled code
     fell back to eager); the modules they wrap are recorded in _WRAPPERS. Returns the wrappers."""
-    if not OPTIMIZED:
+    cls = _optimized()
+    if cls is None:
         return []
     from .framework import TorchFramework  # the framework imports this module
 
-    found = [obj for obj in gc.get_objects() if type(obj) is OPTIMIZED]
+    found = [obj for obj in gc.get_objects() if type(obj) is cls]
     _WRAPPERS.clear()
     for wrapper in found:
         inner = wrapper.__dict__.get("_modules", {}).get("_orig_mod")
@@ -94,7 +97,7 @@ def kind(module):
     """COMPILED, SCRIPTED, or None for a module whose inside runs eagerly."""
     if isinstance(module, torch.jit.ScriptModule):
         return SCRIPTED
-    if (OPTIMIZED and isinstance(module, OPTIMIZED)) or module.__dict__.get("_compiled_call_impl") is not None:
+    if is_wrapper(module) or module.__dict__.get("_compiled_call_impl") is not None:
         return COMPILED
     if _WRAPPERS and wrappers_of(module):
         return COMPILED
@@ -103,7 +106,7 @@ def kind(module):
 
 def original(module):
     """The module that `torch.compile(module)` wrapped (its class names the records), else `module`."""
-    while OPTIMIZED and isinstance(module, OPTIMIZED):
+    while is_wrapper(module):
         module = module._orig_mod
     return module
 
@@ -139,7 +142,7 @@ def hook_call(module, pre, post) -> list:
     outside the model is hooked on those wrappers (the module's own hooks would be compiled)."""
     compiled = module.__dict__.get("_compiled_call_impl")
     if compiled is None:
-        targets = [module] if OPTIMIZED and isinstance(module, OPTIMIZED) else wrappers_of(module) or [module]
+        targets = [module] if is_wrapper(module) else wrappers_of(module) or [module]
         return [handle for target in targets for handle in (
             target.register_forward_pre_hook(pre, with_kwargs=True),
             target.register_forward_hook(post, with_kwargs=True, always_call=True))]
