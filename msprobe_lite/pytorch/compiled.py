@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+import types
 import weakref
 
 import torch
@@ -174,6 +175,32 @@ class _Restore:
             module._compiled_call_impl = self.theirs
 
 
+# The reason dynamo's graph break names when it meets the Python route's __torch_function__ (keep_dynamo_out)
+NOT_TRACED = "msprobe_lite's API capture is not traced"
+_kept_out = []  # the dynamo whose skip rules name msprobe_lite
+
+
+def keep_dynamo_out(mode_class) -> None:
+    """Once dynamo is imported: it never traces the debugger's own code, as it cannot trace the C handler.
+
+    Without the C routes the capture's `__torch_function__` is Python, which dynamo would inline into a
+    compiled function, and then the recorder's and summarizer's frames (compiled with graph breaks, or failing
+    inside dynamo) instead of falling back to eager at the mode. Marked as torch.compiler.disable marks a
+    function (without wrapping it: no frame added to each call), the mode's method is a graph break like the C
+    one; msprobe_lite's files among dynamo's skipped ones keep the frames it calls eager."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None or dynamo in _kept_out:
+        return
+    _kept_out.append(dynamo)
+    method = getattr(mode_class, "__torch_function__", None)
+    if isinstance(method, types.FunctionType):  # the C handler's is no Python function: dynamo stops there
+        method._torchdynamo_disable = True
+        method._torchdynamo_disable_msg = NOT_TRACED
+    add = getattr(getattr(dynamo, "trace_rules", None), "add", None)
+    if add is not None:
+        add(__name__.split(".")[0])
+
+
 class CompiledRegions:
     """Says each compiled or scripted module of the models given to start() once, and keeps the API capture's
     mode off while a compiled module runs (dynamo would trace the mode, which it cannot, and run eagerly).
@@ -239,17 +266,20 @@ class CompiledRegions:
                                       and id(original(w)) not in inside)
 
     def _breaks_at_capture(self) -> int:
-        """Dynamo's count of graph breaks at the capture's mode (its counters name the mode's class): a
-        compiled function that ran while the capture was on. Nothing to count before dynamo is imported."""
+        """Dynamo's count of graph breaks at the capture's mode (its counters name the C handler's class, or
+        the reason keep_dynamo_out gave the Python route's method): a compiled function that ran while the
+        capture was on. Nothing to count before dynamo is imported."""
         utils = sys.modules.get("torch._dynamo.utils")
         breaks = getattr(utils, "counters", {}).get("graph_break") if utils is not None else None
         if not breaks:
             return 0
-        name = f"class `{type(self.capture).__name__}`"
-        return sum(count for reason, count in list(breaks.items()) if name in reason)
+        marks = (f"class `{type(self.capture).__name__}`", NOT_TRACED)
+        return sum(count for reason, count in list(breaks.items()) if any(mark in reason for mark in marks))
 
     @guarded("start()")
     def began(self) -> None:
+        if self.capture is not None:
+            keep_dynamo_out(type(self.capture))
         if self.capture is not None and not self._said_fallback:
             self._breaks = self._breaks_at_capture()
 
