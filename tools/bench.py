@@ -7,8 +7,7 @@ in a user's loop, so L1 also records the optimizer's operations.
 
 The configurations of a size (without the debugger, then each mode) run in one process, interleaved: each
 has its own model, optimizer and debugger, and they take turns in short blocks of steps, the order reversed
-every block. On a shared machine whose speed moves within minutes (the VM these figures come from: the
-small step without the debugger took 6 to 15 ms within one hour), configurations run one after another
+every block. On a shared machine whose speed moves within minutes, configurations run one after another
 compare the machine's states as much as the debugger; interleaved, each factor compares steps timed side
 by side. Tensor mode, whose writes (hundreds of MB a step) keep the disk busy after its steps, takes turns
 only with steps without the debugger of its own, in a group after the others. `--fresh` runs each
@@ -16,9 +15,9 @@ configuration alone in a fresh process, one after another, as the reference tool
 process-wide singleton that patches torch).
 Prints a table of median step times and slowdown factors, records and dump size (KB) per step, and writes JSON.
 The mean step time and the number of full garbage collections in the timed steps are printed beside the
-median: a full collection of a process that imported torch takes 100 to 170 ms here, and how often one comes
-depends on how many objects the debugger keeps alive within a step. The median does not show it; a long
-run's mean does (`--steps 600`: at small L1, one comes about every 200 steps).
+median: a full collection of a process that imported torch is long, and how often one comes depends on how
+many objects the debugger keeps alive within a step. The median does not show it; a long run's mean
+(`--steps 600`) does (docs/performance.md).
 Every configuration dumps into one scratch folder (`--dump-dir`, default the system's temporary folder),
 removed only when all have run: removing a configuration's dump (thousands of files) right before the next
 configuration starts would put the file system's work for it into that configuration's timed steps (each

@@ -1,18 +1,16 @@
 """Builds of msprobe_lite timed in one process, on tools/bench.py's training step: the way to tell whether a
 change helps on a machine whose speed moves.
 
-On the shared 2-core VM these figures come from, the step without the debugger moved between 6 and 15 ms
-within minutes, so fresh-process runs of two versions (`bench.py --one`) compare machine states as much as
-versions. Here the builds live in one process: each other version's package is copied under another name
-(`msprobe_base0`, ...; the package imports itself relatively, and its C extensions come along, built in
-place), each build gets its own debugger and its own copy of the model (`bench.Configuration`: a debugger's
-module hooks stay on its model), and blocks of steps without the debugger, with the other builds'
-and with this tree's alternate, their order reversed every block. Short blocks (2 steps) and many of them
-spread the machine's slow and fast minutes evenly over the builds: with blocks of 8 steps, two runs of the
-same pair of builds disagreed on which was faster (the big step, bound by memory bandwidth that other jobs
-share, still disagrees with blocks of 2: run it several times). Medians of each; the extra time is on - off, in wall
-time and in the training thread's own CPU time (`time.thread_time`: time the thread was not running, taken
-by the host or other processes, left out).
+On a shared machine the step's speed moves within minutes, so fresh-process runs of two versions
+(`bench.py --one`) compare machine states as much as versions. Here the builds live in one process: each
+other version's package is copied under another name (`msprobe_base0`, ...; the package imports itself
+relatively, and its C extensions come along, built in place), each build gets its own debugger and its own
+copy of the model (`bench.Configuration`: a debugger's module hooks stay on its model), and blocks of steps
+without the debugger, with the other builds' and with this tree's alternate, their order reversed every
+block. Short blocks (2 steps) and many of them spread the machine's slow and fast minutes evenly over the
+builds; the big step, bound by memory bandwidth that other jobs share, needs several runs. Medians of each;
+the extra time is on - off, in wall time and in the training thread's own CPU time (`time.thread_time`:
+time the thread was not running, taken by the host or other processes, left out).
 
     git worktree add /tmp/base HEAD~3
     (py=$PWD/.venv/bin/python; cd /tmp/base && $py -c "from setuptools import setup; setup()" build_ext --inplace)

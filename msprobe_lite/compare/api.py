@@ -340,7 +340,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def _some_part_in_common(target, golden) -> None:
     """Dumps made with `data_mode` filters that left them no part in common (one holds only inputs, the other
-    only outputs) have nothing to compare: bad input, said as such. Before, every call read as a pass."""
+    only outputs) have nothing to compare: bad input, said as such, rather than every call reading as a pass."""
     t_roles, g_roles = target.roles(), golden.roles()
     if t_roles and g_roles and not t_roles & g_roles:
         def parts(roles):
@@ -428,12 +428,12 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             upstream = max(upstream, out_seen[direction], out_seen["forward"])
         # whether its inputs differ more than earlier outputs explain: asked of module calls, and of the forward
         # pass's API calls (an API call's weights are among its arguments: one loaded wrongly, or moved
-        # differently by earlier steps, shows there; without it, an L1 compare of runs whose input data differ
-        # read "all pass"). Calls after the backward pass (the optimizer's, gradient clipping) take gradients,
-        # whose noise only the backward records' judging knows: not asked, nor where no backward record marks
-        # the forward pass's end (_forward_pass_bounded). The step's first backward record is asked too: the
+        # differently by earlier steps, shows there, as do input data that differ). Calls after the backward
+        # pass (the optimizer's, gradient clipping) take gradients, whose noise only the backward records'
+        # judging knows: not asked, nor where no backward record marks the forward pass's end
+        # (_forward_pass_bounded). The step's first backward record is asked too: the
         # gradients flowing into it come from the loss and from what ran after it in the forward pass, which a
-        # `scope` or `list` left out of the dump (the gradients entering a scope that differ read "all pass").
+        # `scope` or `list` left out of the dump (gradients entering a scope already different).
         owner = params_grad_owner(pair.target) if pair.target else None
         chain = target.parent_chain(pair.target) if pair.target else []
         asked = (direction == "forward" and (is_module(pair.target) or (apis_asked and not backward_begun))) or \

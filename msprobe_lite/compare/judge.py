@@ -39,9 +39,8 @@ AMPLIFICATION = 10
 AMPLIFICATION_OF_AGREEING = 2
 DRIFT_MARGIN = 4         # inputs within the tolerance but not equal: an output beyond this many tolerances
 # ... and this many times more at a later step, where every weight drifted with the earlier steps' updates:
-# statistics see the drift only in part (an element can move more than Max/Min/Mean/Norm show), and a
-# LayerNorm's output Min moved 3e-5 of its magnitude from inputs whose statistics moved 6e-7 (a trial), ahead of
-# the call whose setting really differed
+# statistics see the drift only in part (an element can move more than Max/Min/Mean/Norm show), so a
+# normalisation amplifies a drift they hardly show, ahead of the call whose setting really differed
 LATER_STEP_DRIFT = 16
 
 # a row of a part (inputs, outputs) that the other dump holds for no call: left out by data_mode
@@ -408,11 +407,10 @@ class Judge:
         # projection bias's) is noise, and against its own magnitude any two roundings of it differ wildly:
         # it is measured against the magnitude of those gradients instead. The rounding of a gradient that sums
         # many values (a bias's: one per position of the batch) grows with the square root of their number, so
-        # the floor does too: fp32 runs whose weights drifted gave a conv bias before BatchNorm gradients of
-        # 1e-7 and 2e-7 from output gradients of 0.03 summed 256 at a time. Backward records only: a forward
-        # output that small is a product or a masked result as often as noise, and a scale set there is a
-        # change to be named. A module's parameter gradients (L0, mix) are computed from its backward's inputs
-        # (the gradients of its outputs), which their record does not hold: `grad_inputs` describes them.
+        # the floor does too. Backward records only: a forward output that small is a product or a masked
+        # result as often as noise, and a scale set there is a change to be named. A module's parameter
+        # gradients (L0, mix) are computed from its backward's inputs (the gradients of its outputs), which
+        # their record does not hold: `grad_inputs` describes them.
         # Where the dump holds none (data_mode ["output"], a `list` of parameter gradients), the largest of
         # the record's own gradients stands in: coarser (a small bias gradient passes as noise more easily).
         # Their precision is the backward's: under autocast a convolution's backward runs in bf16 and only
@@ -457,15 +455,15 @@ class Judge:
     def _first_seen(self, verdict, name, explained, tol, data, params, missing, gradients, unpaired) -> None:
         """Inputs that differ beyond what every earlier call's outputs (`explained`) explain: the runs parted
         before this call, in code that no record covers (at L0, what runs between modules), in the input data,
-        or in earlier steps. Without it, an L0 compare of two runs that clearly differ read "9 pass, 0 error".
-        A module's own parameters that differ likewise: its weights are not the golden's (converted, loaded or
-        initialised differently: the commonest porting bug), or earlier steps updated them differently. Its
-        output differs as much, which its inputs explain, so without this a weight changed at step 0 read "all
-        pass". `data`: (the largest difference of the inputs that are not parameters, its row suffix, whether
-        that input requires grad in the golden run); `params`: (the largest difference of the parameters, the
-        tolerance of their dtypes). At the first step no update has moved the weights, and nothing computed
-        before explains them: they are judged at their own dtype's tolerance, not at the call's (bf16 under
-        autocast, where a weight loaded 20 % off passed) nor against earlier outputs' drift."""
+        or in earlier steps: otherwise two runs that clearly differ could read as all passing. A module's own
+        parameters that differ likewise: its weights are not the golden's (converted, loaded or initialised
+        differently: the commonest porting bug), or earlier steps updated them differently; its output differs
+        as much, which its inputs explain, so only this check names it. `data`: (the largest difference of the
+        inputs that are not parameters, its row suffix, whether that input requires grad in the golden run);
+        `params`: (the largest difference of the parameters, the tolerance of their dtypes). At the first step
+        no update has moved the weights, and nothing computed before explains them: they are judged at their
+        own dtype's tolerance, not at the call's (bf16 under autocast would hide a weight loaded wrongly) nor
+        against earlier outputs' drift."""
         data_err, data_at, data_grad = data
         param_err, param_tol = params
         floor = max(DRIFT_MARGIN * tol, AMPLIFICATION * explained)
@@ -611,7 +609,7 @@ class Judge:
 def across_ranks(pairs: list) -> list:
     """One verdict per step of a distributed compare whose ranks' lines say a difference came from another
     rank: which ranks name where the runs parted, and which only received it (DDP's all-reduce, a
-    collective). Reading it off the rank lines one by one was the user's job (a new user's DDP trial).
+    collective), so the user need not read it off the rank lines one by one.
     [{"step", "parted": {rank: name}, "received": {rank: name}}], in step order."""
     by_step: dict = {}
     for pair in pairs:

@@ -68,7 +68,7 @@ def cell(value):
     if isinstance(value, (int,)):
         return value
     if kind is list and all(x.__class__ is int for x in value):
-        text = str(value)  # a shape: the same text as json.dumps, three times faster
+        text = str(value)  # a shape: the same text as json.dumps, cheaper
     else:
         text = str(value) if not isinstance(value, (list, tuple)) else json.dumps(list(value))
     return "'" + text if text.startswith(_FORMULA_START) else text
@@ -104,7 +104,7 @@ def _append_csv(path: str, lines: list) -> None:
 class CsvSink:
     """The result table, written as the judge produces it, so the rows of a large comparison are never all
     in memory. With `background`, formatting and writing happen in a second process while the judge goes
-    on: on a 100k-record dump, turning millions of floats into text costs about as much as judging them.
+    on: turning millions of floats into text costs about as much as judging them.
     The one writer process takes the chunks in the order they were sent, so the file is the same."""
 
     CHUNK = 20000

@@ -18,7 +18,7 @@ from .metrics import eps_of, numel, tensor_metrics
 
 # a tensor object's field saying that its file was not written when it was dumped, and why (docs/format.md)
 UNWRITTEN = "data_error"
-PARALLEL_MIN_ELEMENTS = 1 << 22   # below this much work (about 0.2 s), starting processes costs more than it saves
+PARALLEL_MIN_ELEMENTS = 1 << 22   # below this much work, starting processes costs more than it saves
 
 
 class TensorFileError(ValueError):

@@ -83,7 +83,7 @@ class BackwardCall:
 class _GradSlot:
     """The hook on one tensor: when its gradient arrives, fills each place the tensor holds, as (backward call,
     key, index). A tensor that is one call's output and the next call's input has two places and one hook:
-    torch's `register_hook` costs about 3 µs, and every hook is a Python call in backward.
+    torch's `register_hook` is costly, and every hook is a Python call in backward.
 
     Every backward pass that reaches the tensor fills the places again: the last pass wins (the training
     loss's, after an `autograd.grad` made in the forward). But a call that takes the tensor as an input after

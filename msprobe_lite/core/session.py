@@ -267,7 +267,7 @@ class Session:
         records = list(self.records.values())
         if not self.numbers:
             return records                        # structure: names only, every record
-        records = [r for r in records if r.data]  # not an empty record (a method call each cost 0.1 ms a step)
+        records = [r for r in records if r.data]  # not an empty record (inline: a method call per record adds up)
         if self.config.task == "overflow_check":
             kept = {r.name for r in records if self._overflow_kept(r)}
             # parameter gradients are written with what they were made of, their call's forward and backward
@@ -310,8 +310,8 @@ class Session:
         gradients (grad_out^T x for a linear layer, summed over the module's calls) are made of each call's
         backward input gradients and forward inputs: theirs only when all are finite, and the backwards'
         outputs too (else a backward record is the one counted). Counted regardless, the gradients of the
-        first layer that backward reached took the overflow of an Inf made in the forward pass between
-        modules (a new user's trial)."""
+        first layer that backward reached would take the overflow of an Inf made in the forward pass between
+        modules."""
         calls = params_grad_calls(name, self.records)
         if calls is None:
             return True

@@ -15,7 +15,7 @@ import sys
 from . import native
 
 try:  # the same walk in C (several times faster on deep stacks); optional like the other kernels
-    native.require()
+    native.require("_fast_stack")
     from ._fast_stack import Filer as _Filer, walk as _walk_c
 except ImportError:  # built without a C compiler
     _Filer = _walk_c = None
@@ -41,8 +41,8 @@ class StackCollector:
     Every distinct stack has one entry `[names, frames]` for the process; a step files its calls' names there
     and lists the entries it used, in the order it first used them (`_touched`: stack.json's order). Keeping
     the entries, and which walk goes to which, across steps is what lets the C filer file every call of a
-    known call site: when they were made anew each step, each call site's first call of every step (in a
-    model's forward, most calls) went through Python.
+    known call site; made anew each step, each call site's first call of every step (in a model's forward,
+    most calls) would go through Python.
     """
 
     def __init__(self, framework_packages=()):

@@ -17,7 +17,7 @@ from .records import SavedTensor, TensorSummary, json_default, json_scalar, json
 from . import native
 
 try:  # the same bytes as record_lines_python below, several times faster; optional like the statistics kernel
-    native.require()
+    native.require("_fast_json")
     from ._fast_json import record_lines as _record_lines_c
 except ImportError:  # built without a C compiler
     _record_lines_c = None
@@ -266,8 +266,8 @@ def _levels(folder: str) -> tuple:
 class Prepared:
     """A step's folder, and temporary files for its JSON files, made on the writer thread while the step runs.
 
-    Making a folder or a file costs 0.1 to 0.8 ms on this machine's file system (docs/performance.md), and far
-    more on a network one; a step's dump makes five of them. Made ahead, on a thread that waits on the file
+    Making a folder or a file is slow on many file systems, and far slower on a network one
+    (docs/performance.md); a step's dump makes five of them. Made ahead, on a thread that waits on the file
     system while the training thread computes (given a core to run on), the step's write only fills and
     renames. A failure here is left to the write, which makes what is missing itself and reports. Whatever
     the step did not use goes when it ends: unused temporary files, and folders left empty (nothing was
@@ -370,8 +370,8 @@ def json_lines(mapping: dict) -> str:
 
 def _json_text(value) -> str:
     """json.dumps(value), byte for byte, for what construct.json and stack.json hold (str, None, lists of
-    them), without json.dumps's set-up: it makes a new encoder per call, most of the cost of a short value
-    (construct.json at mix has an entry per record, mostly None: 1.4 ms a step the other way)."""
+    them), without json.dumps's set-up: it makes a new encoder per call, most of the cost of a short value,
+    and construct.json at mix has an entry per record, mostly None."""
     kind = type(value)
     if kind is str:
         return _json_name(value)

@@ -57,7 +57,7 @@ OPTIMIZER = "optimizer"
 def _cpu_batch_norm_unwritten(prim) -> tuple:
     """MindSpore's CPU kernel of `BatchNorm` (2.10 and before) leaves outputs 1 and 2 unwritten in training,
     and 1 to 4 in inference: they hold what their reused memory held (another op's values, an earlier
-    step's batch statistics). Recorded, two identical runs differed there and compare named the call."""
+    step's batch statistics), so recording them would make two identical runs differ there."""
     return (1, 2) if getattr(prim, "is_training", True) else (1, 2, 3, 4)
 
 
@@ -66,7 +66,7 @@ UNWRITTEN_OUTPUTS = {("Primitive", "BatchNorm"): {"CPU": _cpu_batch_norm_unwritt
 
 
 def unwritten_outputs(key, prim) -> tuple:
-    rules = UNWRITTEN_OUTPUTS.get(key)  # the device is asked only of these (13 µs a call)
+    rules = UNWRITTEN_OUTPUTS.get(key)  # the device is asked only of these (asking is slow)
     rule = rules.get(ms.get_context("device_target")) if rules else None
     return rule(prim) if rule is not None else ()
 

@@ -104,8 +104,8 @@ class MindSporeSummarizer(Summarizer):
         """The API capture's own switch: MindSpore calls made here are not the user's."""
         return self._quiet() if self._quiet is not None else super().quiet()
 
-    # PyNative runs operators on a pipeline: a failed one raises at the next synchronisation (about 2 µs when
-    # nothing is queued), which the summarizer makes before each read (an executor without it: no settling)
+    # PyNative runs operators on a pipeline: a failed one raises at the next synchronisation (cheap when nothing
+    # is queued), which the summarizer makes before each read (an executor without it: no settling)
     synchronize = staticmethod(getattr(_pynative_executor, "sync", None) or Summarizer.synchronize)
 
     def _resolve_device(self) -> None:

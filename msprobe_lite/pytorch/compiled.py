@@ -54,7 +54,7 @@ def names(listed) -> str:
 
 def _optimized():
     """The class `torch.compile(module)` returns, or None while dynamo is not imported: nothing is compiled
-    before it is (torch.compile imports it), and importing it here would cost every run about a second."""
+    before it is (torch.compile imports it), and importing it here would make every run pay for dynamo."""
     return getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
 
 
@@ -76,9 +76,9 @@ def wrappers_of(module) -> list:
 
 
 def find_wrappers() -> list:
-    """Every live `OptimizedModule` (one pass over the objects that the garbage collector tracks: about 0.2 s
-    per million objects, so only at the first start(), when a model's tree changed, and after compiled code
-    fell back to eager); the modules they wrap are recorded in _WRAPPERS. Returns the wrappers."""
+    """Every live `OptimizedModule` (one pass over the objects that the garbage collector tracks, costly in a
+    large process (docs/performance.md), so only at the first start(), when a model's tree changed, and after
+    compiled code fell back to eager); the modules they wrap are recorded in _WRAPPERS. Returns the wrappers."""
     cls = _optimized()
     if cls is None:
         return []
