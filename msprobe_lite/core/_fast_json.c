@@ -16,6 +16,7 @@ so the output is json.dumps(..., ensure_ascii=True) byte for byte in every case.
 #include <string.h>
 
 #include "_fast_stats.h"
+#include "_module.h"
 #include "_slots.h"
 
 /* The output, built in a PyMem buffer that grows by doubling; the bytes object is made once at the end. */
@@ -212,20 +213,20 @@ typedef struct {
     slots_t record_slots;  /* the same for the records' class (that of the first record) */
 } kinds_t;
 
+static void kinds_clear(kinds_t *k) {
+    seen_clear(&k->seen);
+    slots_clear(&k->summary_slots);
+    slots_clear(&k->record_slots);
+}
+
 static const char *const SUMMARY_FIELDS[] = {"type", "dtype", "shape", "stats", "requires_grad", "md5"};
 static const char *const RECORD_FIELDS[] = {"name", "data"};
 
 /* `obj.<names[i]>` as a new reference: read from its slot when `obj` is exactly the class of `s` and the slot
    is set (no attribute lookup), else through getattr. */
 static PyObject *field(PyObject *obj, const slots_t *s, int i, PyObject *name) {
-    if (Py_TYPE(obj) == s->type) {
-        PyObject *v = *(PyObject **)((char *)obj + s->offsets[i]);
-        if (v != NULL) {
-            Py_INCREF(v);
-            return v;
-        }
-    }
-    return PyObject_GetAttr(obj, name);
+    PyObject *v = Py_TYPE(obj) == s->type ? slots_get(s, obj, i) : NULL;
+    return v != NULL || PyErr_Occurred() ? v : PyObject_GetAttr(obj, name);
 }
 
 static PyObject *S_type, *S_dtype, *S_shape, *S_stats, *S_requires_grad, *S_md5, *S_summary, *S_data_name,
@@ -431,6 +432,7 @@ static PyObject *record_lines(PyObject *self, PyObject *args) {
         (n > 0 && slots_find(&k.record_slots, (PyObject *)Py_TYPE(PyTuple_GET_ITEM(seq, 0)), RECORD_FIELDS, 2) < 0) ||
         (n > 0 && grow(&b, n < (1 << 14) ? n * 1024 : (Py_ssize_t)1 << 24) < 0)) { /* most records take less */
         Py_DECREF(seq);
+        kinds_clear(&k);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -450,12 +452,12 @@ static PyObject *record_lines(PyObject *self, PyObject *args) {
         if (rc) {
             PyMem_Free(b.data);
             Py_DECREF(seq);
-            seen_clear(&k.seen);
+            kinds_clear(&k);
             return NULL;
         }
     }
     Py_DECREF(seq);
-    seen_clear(&k.seen);
+    kinds_clear(&k);
     PyObject *text = PyBytes_FromStringAndSize(b.data ? b.data : "", b.len);
     PyMem_Free(b.data);
     return text;
@@ -473,9 +475,6 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_json",
                                     "dump.json record lines in C (see core/writer.py).", -1, METHODS};
 
 PyMODINIT_FUNC PyInit__fast_json(void) {
-#define INTERN(var, text)                                                                                  \
-    if ((var = PyUnicode_InternFromString(text)) == NULL)                                                   \
-        return NULL;
     INTERN(S_type, "type");
     INTERN(S_dtype, "dtype");
     INTERN(S_shape, "shape");

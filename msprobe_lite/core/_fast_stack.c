@@ -13,27 +13,20 @@ attribute reads and dict probes; here about 0.02 µs.
 
 #include "_module.h"
 
-#if PY_VERSION_HEX < 0x030B0000 /* before 3.11 the frame's fields are public */
-static PyCodeObject *frame_code(PyFrameObject *f) {
-    Py_INCREF(f->f_code);
-    return f->f_code;
-}
-/* what Python's frame.f_lasti says (StackCollector._walk reads that): the field is in bytes in 3.9, in
-   instructions in 3.10 */
-#if PY_VERSION_HEX < 0x030A0000
-static int frame_lasti(PyFrameObject *f) { return f->f_lasti; }
-#else
-static int frame_lasti(PyFrameObject *f) { return f->f_lasti < 0 ? -1 : f->f_lasti * (int)sizeof(_Py_CODEUNIT); }
-#endif
-static PyFrameObject *frame_back(PyFrameObject *f) {
-    Py_XINCREF(f->f_back);
-    return f->f_back;
+#if PY_VERSION_HEX < 0x030B0000 /* PyFrame_GetLasti came in 3.11: before it, Python's own frame.f_lasti */
+static int frame_lasti(PyFrameObject *f) {
+    PyObject *lasti = PyObject_GetAttrString((PyObject *)f, "f_lasti");
+    long v = lasti ? PyLong_AsLong(lasti) : -1;
+    Py_XDECREF(lasti);
+    if (v == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    return (int)v;
 }
 #else
-#define frame_code PyFrame_GetCode
 #define frame_lasti PyFrame_GetLasti
-#define frame_back PyFrame_GetBack
 #endif
+#define frame_code PyFrame_GetCode
+#define frame_back PyFrame_GetBack
 
 /* The skip decisions of `skip` (id(code) -> bool) again, kept in a caller's buffer (a bytearray that lives as
 long as the dict): every frame of every walk asks, and the dict's keys are ints that a walk would otherwise

@@ -3,9 +3,10 @@
 Why C: the library route makes three or four passes (max, min, sum, sum of squares), each a separate call with
 its own dispatch. For the many small tensors of a training step the calls cost more than the arithmetic; for
 large ones the passes over memory do. Here one loop keeps 16 independent lanes per statistic, which the
-compiler turns into SIMD code without changing the order of operations it was given (no -ffast-math). A
-large tensor is read in pieces, by PyTorch's OpenMP threads together with the caller when asked (the team,
-below): one core's memory bandwidth, not the arithmetic, bounds a large tensor's pass.
+compiler turns into SIMD code without changing the order of operations it was given (no -ffast-math). It
+reads on the calling thread alone: a single pass on one core beats PyTorch's three multi-threaded reductions
+(aminmax, sum, norm) on the machines measured (docs/performance.md), and borrowing another library's thread
+pool would need its private symbols.
 
 Accuracy: float32 and bfloat16 values accumulate in float32 lanes for a block of 4096 values, then each
 block's lane sums are added in double. That is the spec's "low-precision floats accumulate in float32" with
@@ -25,6 +26,7 @@ values divided by the largest magnitude, so Norm stays exact.
 #include <string.h>
 
 #include "_fast_stats.h"
+#include "_module.h"
 
 #define LANES 16
 #define BLOCK 4096
@@ -155,9 +157,8 @@ static const Py_ssize_t ITEM_SIZES[] = {4, 8, 2};
 
 /* Pieces: a tensor is read as pieces of at most PIECE values (a row longer than PIECE as pieces of it; shorter
    rows as many whole rows as fit in one piece), each summed on its own, the pieces' sums then added in order.
-   The grouping of the additions depends only on the tensor's layout, so the statistics are the same to the
-   last bit whether one thread reads the pieces or several do (see the team below). PIECE is a multiple of
-   BLOCK, so a piece of one row moves its lane sums into double where the whole row's would. */
+   The grouping of the additions depends only on the tensor's layout. PIECE is a multiple of BLOCK, so a piece
+   of one row moves its lane sums into double where the whole row's would. */
 #define PIECE (4 * BLOCK)
 
 typedef struct {
@@ -203,138 +204,29 @@ static void one_piece(const job_t *job, Py_ssize_t i, stats_t *out) {
         stats_bf16(base, rows, run, job->stride, out);
 }
 
-static void add_piece(stats_t *total, const stats_t *piece, int first) {
-    if (first) {
-        *total = *piece;
-        return;
-    }
-    total->max = piece->max > total->max ? piece->max : total->max;
-    total->min = piece->min < total->min ? piece->min : total->min;
-    total->sum += piece->sum;
-    total->squares += piece->squares;
-}
-
-/* The team: the OpenMP threads PyTorch's CPU operators run on, borrowed through the GOMP entry point that
-   libgomp, LLVM's libomp and Intel's libiomp5 all export. Why: a large tensor is read faster by two cores
-   than by one (this VM: 7.4 GB/s on one, 14.6 GB/s on two for 128 MB), the threads are already there and
-   usually still spinning from PyTorch's last operator, and each reads the part of the tensor its core wrote
-   when PyTorch split the operator that made it (see TEAM_FROM). Nothing is linked: the runtime is the one
-   PyTorch's CPU library resolves (looked up through that library, so a second runtime in the process is
-   never taken). Only the thread that claimed the team last (the debugger's training thread, at each
-   start()) borrows it: another thread would get an OpenMP pool of its own, sized by its own setting. The
-   calling thread reads alone where PyTorch is not loaded, before any claim, in other threads, and in a
-   forked child (an OpenMP pool does not survive a fork; see pthread_atfork in PyInit). Known gap: a child forked
-   before this module was imported, from a process whose PyTorch operators already ran on several threads,
-   waits forever on its first large tensor, as PyTorch's own operators wait there. */
-#if defined(__unix__) || defined(__APPLE__)
-#include <dlfcn.h>
-#include <pthread.h>
-#define HAVE_TEAM 1
-#endif
-/* Values: PyTorch runs an operator on more than one thread only above 32768 values (its GRAIN_SIZE). A
-   smaller tensor was written by one core and sits in that core's cache, where the calling thread reads it
-   faster alone (128 KB: 4 µs alone, 16 µs with the team, tools/bench_stats.py). */
-#define TEAM_FROM 32769
-
-typedef struct {
-    void (*parallel)(void (*)(void *), void *, unsigned, unsigned);
-    int (*max_threads)(void), (*thread_num)(void), (*num_threads)(void);
-    int state; /* 0 not looked for, 1 found, -1 none (or a forked child) */
-    long reads; /* large reads the team shared, for the tests */
-    long claims; /* team(True) calls so far: the last one's number is the owner's */
-} team_t;
-static team_t TEAM;
-#ifdef HAVE_TEAM
-/* The number of this thread's last claim (0: never). A thread's own copy, so a thread started later (which
-   may get a dead claimer's pthread_t) never matches; written and read with the GIL held. */
-static _Thread_local long MY_CLAIM;
-#endif
-
-typedef struct {
-    const job_t *job;
-    Py_ssize_t pieces;
-    stats_t *out;
-} team_job_t;
-
-static void team_member(void *arg) {
-    const team_job_t *work = (const team_job_t *)arg;
-    Py_ssize_t t = TEAM.thread_num(), n = TEAM.num_threads();
-    for (Py_ssize_t i = work->pieces * t / n; i < work->pieces * (t + 1) / n; i++)
-        one_piece(work->job, i, &work->out[i]);
-}
-
-#ifdef HAVE_TEAM
-static void team_forked(void) { TEAM.state = -1; }
-
-/* Once, with the GIL held: the OpenMP runtime of PyTorch's CPU library, if that library is loaded. */
-static void find_team(void) {
-    static const char *NAMES[] = {"libtorch_cpu.so", "libtorch_cpu.dylib"};
-    TEAM.state = -1;
-    for (size_t k = 0; k < sizeof NAMES / sizeof NAMES[0]; k++) {
-        void *lib = dlopen(NAMES[k], RTLD_LAZY | RTLD_NOLOAD); /* only one already loaded */
-        if (lib == NULL)
-            continue;
-        /* dlsym through a library's handle searches it and its dependencies: PyTorch's runtime */
-        *(void **)&TEAM.parallel = dlsym(lib, "GOMP_parallel");
-        *(void **)&TEAM.max_threads = dlsym(lib, "omp_get_max_threads");
-        *(void **)&TEAM.thread_num = dlsym(lib, "omp_get_thread_num");
-        *(void **)&TEAM.num_threads = dlsym(lib, "omp_get_num_threads");
-        dlclose(lib); /* the NOLOAD reference: the library stays, PyTorch holds it */
-        if (TEAM.parallel && TEAM.max_threads && TEAM.thread_num && TEAM.num_threads) {
-            TEAM.state = 1;
-            return;
-        }
-        TEAM.parallel = NULL;
-        TEAM.max_threads = TEAM.thread_num = TEAM.num_threads = NULL;
-    }
-}
-#endif
-
-/* How many of the team's threads to read `pieces` pieces of `values` values with: 1 = the caller alone.
-   Called with the GIL held (TEAM is shared). */
-static int team_size(Py_ssize_t pieces, Py_ssize_t values) {
-#ifdef HAVE_TEAM
-    if (pieces < 2 || values < TEAM_FROM || TEAM.state != 1 || MY_CLAIM != TEAM.claims)
-        return 1;
-    int n = TEAM.max_threads(); /* PyTorch's intra-op threads: torch.set_num_threads() sets it */
-    return n < 2 ? 1 : (n > pieces ? (int)pieces : n);
-#else
-    (void)pieces;
-    (void)values;
-    return 1;
-#endif
-}
-
-/* All `pieces` pieces into `total`, read by `threads` threads of the team (1: the caller alone). */
-static void all_pieces(const job_t *job, Py_ssize_t pieces, int threads, stats_t *total) {
-    stats_t local[64], *out = NULL;
-    if (threads > 1)
-        out = pieces <= 64 ? local : (stats_t *)PyMem_RawMalloc(pieces * sizeof(stats_t));
-    if (out != NULL) {
-        team_job_t work = {job, pieces, out};
-        TEAM.parallel(team_member, &work, (unsigned)threads, 0);
-        TEAM.reads++;
-        for (Py_ssize_t i = 0; i < pieces; i++)
-            add_piece(total, &out[i], i == 0);
-        if (out != local)
-            PyMem_RawFree(out);
-        return;
-    }
+/* All pieces into `total`, in order. */
+static void all_pieces(const job_t *job, Py_ssize_t pieces, stats_t *total) {
     total->max = -INFINITY; /* no values (only from a C caller): not finite, as the kernels leave it */
     total->min = INFINITY;
     total->sum = total->squares = 0.0;
     for (Py_ssize_t i = 0; i < pieces; i++) {
         stats_t piece;
         one_piece(job, i, &piece);
-        add_piece(total, &piece, i == 0);
+        if (i == 0) {
+            *total = piece;
+            continue;
+        }
+        total->max = piece.max > total->max ? piece.max : total->max;
+        total->min = piece.min < total->min ? piece.min : total->min;
+        total->sum += piece.sum;
+        total->squares += piece.squares;
     }
 }
 
 /* Max, Min, Mean, Norm of `rows` runs of `run` values `stride` items apart, from `base` (kind: 0 float32,
    1 float64, 2 bfloat16). 1 when the values are all finite, 0 when not (`out` is then meaningless). Called
    with the GIL held. `flags`: STATS_MAY_RELEASE releases the GIL for large inputs, only for memory that no
-   other thread can free meanwhile (a buffer export pins it); STATS_TEAM lets the process's OpenMP threads
-   read large inputs with the caller, which keeps the GIL meanwhile. Shared with other extensions through the
+   other thread can free meanwhile (a buffer export pins it). Shared with other extensions through the
    capsule `_C_API` (pytorch/_fast_encode.c reads tensors in place with it). */
 static int one_pass(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_t stride, int kind,
                     int flags, double out[4]) {
@@ -342,11 +234,9 @@ static int one_pass(const char *base, Py_ssize_t rows, Py_ssize_t run, Py_ssize_
     Py_ssize_t bytes = rows * run * ITEM_SIZES[kind];
     job_t job = {base, rows, run, stride, 0, 0, kind};
     Py_ssize_t pieces = pieces_of(&job);
-    int threads = flags & STATS_TEAM ? team_size(pieces, rows * run) : 1; /* with the GIL: TEAM is shared */
-    /* the GIL stays held while the team reads: no Python runs, no other thread claims the team meanwhile */
-    int release = (flags & STATS_MAY_RELEASE) && bytes >= RELEASE_GIL_FROM && threads == 1;
+    int release = (flags & STATS_MAY_RELEASE) && bytes >= RELEASE_GIL_FROM;
     PyThreadState *state = release ? PyEval_SaveThread() : NULL;
-    all_pieces(&job, pieces, threads, &r);
+    all_pieces(&job, pieces, &r);
     double norm = sqrt(r.squares);
     int finite = isfinite(r.sum) && isfinite(r.max) && isfinite(r.min); /* no NaN, no infinity */
     double largest = fmax(fabs(r.max), fabs(r.min));
@@ -373,8 +263,7 @@ static PyObject *stats(PyObject *self, PyObject *args) {
     Py_buffer view;
     const char *kind_name;
     Py_ssize_t run = 0, stride = 0;
-    int team = 0;
-    if (!PyArg_ParseTuple(args, "y*s|nnp:stats", &view, &kind_name, &run, &stride, &team))
+    if (!PyArg_ParseTuple(args, "y*s|nn:stats", &view, &kind_name, &run, &stride))
         return NULL;
     int kind = -1;
     for (int k = 0; k < 3; k++)
@@ -403,26 +292,12 @@ static PyObject *stats(PyObject *self, PyObject *args) {
         rows = (items - run) / stride + 1;
     }
     double out[4];
-    int finite = one_pass((const char *)view.buf, rows, run, stride, kind,
-                          STATS_MAY_RELEASE | (team ? STATS_TEAM : 0), out); /* the view pins it */
+    int finite = one_pass((const char *)view.buf, rows, run, stride, kind, STATS_MAY_RELEASE,
+                          out); /* the view pins it */
     PyBuffer_Release(&view);
     if (!finite)
         Py_RETURN_NONE; /* NaN, an infinity, or a float32 lane sum overflowed: the exact route decides */
     return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
-}
-
-static PyObject *team_info(PyObject *self, PyObject *args) {
-    (void)self;
-    int claim = 0;
-    if (!PyArg_ParseTuple(args, "|p:team", &claim))
-        return NULL;
-#ifdef HAVE_TEAM
-    if (claim && TEAM.state == 0)
-        find_team();
-    if (claim && TEAM.state == 1)
-        MY_CLAIM = ++TEAM.claims;
-#endif
-    return Py_BuildValue("(il)", team_size(PY_SSIZE_T_MAX, PY_SSIZE_T_MAX), TEAM.reads);
 }
 
 /* Stats: a summary's (Max, Min, Mean, Norm) as one object holding four doubles, read like the tuple it
@@ -560,15 +435,10 @@ static PyTypeObject StatsType = {
 
 static PyMethodDef METHODS[] = {
     {"stats", stats, METH_VARARGS,
-     "stats(buffer, kind, run=0, stride=0, team=False) -> (Max, Min, Mean, Norm), or None when the values are "
+     "stats(buffer, kind, run=0, stride=0) -> (Max, Min, Mean, Norm), or None when the values are "
      "not all finite.\n\nkind: 'float32', 'float64' or 'bfloat16' (a buffer of the 2-byte bfloat16 items). "
      "With run and stride, the values are rows of `run` items starting every `stride` items (a slice of a "
-     "wider tensor); the items between rows are not read. With team, a large buffer is read by the OpenMP "
-     "threads already in the process too (the numbers are the same to the last bit)."},
-    {"team", team_info, METH_VARARGS,
-     "team(claim=False) -> (threads, reads): how many threads read a large buffer with team=True from this "
-     "thread now (PyTorch's OpenMP threads with it, or 1: alone), and how many reads the team has shared so "
-     "far. With claim, this thread becomes the one that borrows PyTorch's threads (when PyTorch is loaded)."},
+     "wider tensor); the items between rows are not read."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_stats",
@@ -579,25 +449,11 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_stats",
 static FastStatsApi API = {one_pass, new_stats, &StatsType};
 
 PyMODINIT_FUNC PyInit__fast_stats(void) {
-    if (PyType_Ready(&StatsType) < 0)
-        return NULL;
-#ifdef HAVE_TEAM
-    if (pthread_atfork(NULL, NULL, team_forked) != 0) /* a forked child reads alone (see the team) */
-        TEAM.state = -1;
-#endif
-    PyObject *module = PyModule_Create(&MODULE);
-    if (module == NULL)
-        return NULL;
-    Py_INCREF(&StatsType);
-    if (PyModule_AddObject(module, "Stats", (PyObject *)&StatsType) < 0) {
-        Py_DECREF(&StatsType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    PyObject *capsule = PyCapsule_New(&API, FAST_STATS_CAPSULE, NULL);
+    PyObject *module = module_with_type(&MODULE, "Stats", &StatsType);
+    PyObject *capsule = module ? PyCapsule_New(&API, FAST_STATS_CAPSULE, NULL) : NULL;
     if (capsule == NULL || PyModule_AddObject(module, "_C_API", capsule) < 0) {
         Py_XDECREF(capsule);
-        Py_DECREF(module);
+        Py_XDECREF(module);
         return NULL;
     }
     return module;

@@ -8,11 +8,9 @@
 
 #define FAST_STATS_CAPSULE "msprobe_lite.core._fast_stats._C_API"
 
-/* one_pass() flags. STATS_MAY_RELEASE: release the GIL for large inputs, safe only when no other thread can
-   free or resize the memory meanwhile. STATS_TEAM: let the OpenMP threads already in the process (PyTorch's)
-   read large inputs with the caller, which keeps the GIL; the numbers do not depend on it. */
+/* one_pass() flag: release the GIL for large inputs, safe only when no other thread can free or resize the
+   memory meanwhile. */
 #define STATS_MAY_RELEASE 1
-#define STATS_TEAM 2
 
 typedef struct {
     /* Max, Min, Mean, Norm into `out`; 1 when the values are all finite, 0 when not. kind: 0 float32,

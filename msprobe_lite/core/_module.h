@@ -1,4 +1,4 @@
-/* A C extension's module with its one public type, and its GC functions, for the extensions that define a type. */
+/* What the extensions' modules share: the module with its one public type, interned names, GC functions. */
 #ifndef MSPROBE_LITE_MODULE_H
 #define MSPROBE_LITE_MODULE_H
 
@@ -19,6 +19,11 @@ static inline PyObject *module_with_type(PyModuleDef *def, const char *name, PyT
     }
     return module;
 }
+
+/* In a module's init: `var` = the interned str `text`, or return NULL. */
+#define INTERN(var, text)                                                                                  \
+    if ((var = PyUnicode_InternFromString(text)) == NULL)                                                   \
+        return NULL;
 
 /* tp_traverse and tp_clear of a type whose object references are the fields listed by the X-macro FIELDS
    (FIELDS(X) expands to X(a) X(b) ...): `static int traverse(Type *o, visitproc, void *)`, `clear(Type *o)`. */

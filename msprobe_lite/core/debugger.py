@@ -118,7 +118,6 @@ class Debugger:
         if self.session.start():
             if self.modules is not None:
                 self.modules.abandon_open()
-            self.summarizer.started()
             if self.apis is not None:
                 self.apis.activate()
 

@@ -20,11 +20,10 @@ from .records import NO_STATS
 from . import native
 
 try:
-    native.require()
+    native.require("_fast_stats")
     from ._fast_stats import stats as one_pass
-    from ._fast_stats import team as kernel_team  # team(claim) -> (threads, reads): see _fast_stats.c
 except ImportError:  # built without a C compiler: the library routes alone
-    one_pass = kernel_team = None
+    one_pass = None
 
 # the kernel's kinds; a kind's code for C callers (_fast_stats.h) is its index here
 KERNEL_KINDS = ("float32", "float64", "bfloat16")

@@ -114,10 +114,6 @@ class Summarizer:
     def _resolve_device(self) -> None:
         """Fetch whatever statistics still live on a device (one batch per step)."""
 
-    def started(self) -> None:
-        """At start(), on the thread that will record: an adapter may prepare that thread (PyTorch's lends
-        its OpenMP threads to the statistics kernel there)."""
-
     @staticmethod
     def synchronize() -> None:
         """Have the framework finish the operators queued so far (nothing to do where it runs them at once)."""

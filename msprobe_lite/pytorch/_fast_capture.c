@@ -77,8 +77,8 @@ typedef struct {
     char in_optimizer;     /* set by the optimizer's step hooks (mix level) */
     char has_modules;      /* mix level: a call's parent is the innermost module, or "optimizer" */
     char inputs, outputs, numbers;
-    PyObject *torch_function;      /* this mode's bound __torch_function__, for Handler_getattr */
-    unsigned int torch_function_of; /* the version tag of the class it was looked up in */
+    PyObject *torch_function;      /* this mode's bound __torch_function__, for Handler_getattro */
+    PyObject *torch_function_from; /* the class's __torch_function__ it was made from */
 } Handler;
 
 static PyObject *S_forward_on, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
@@ -404,28 +404,39 @@ static PyObject *grad_hook_new(Handler *h, PyObject *places) {
 }
 
 /* The places, weak reference and version of a hook this step (a GradHook, or a _GradSlot of the Python
-   route), borrowed: 1, or 0 for another kind of object. */
+   route), as new references: 1; 0 (none kept) for another kind of object or one with a field unset; -1 on
+   an error. */
 static int slot_view(Handler *h, PyObject *slot, PyObject **places, PyObject **weak, PyObject **version) {
+    *places = *weak = *version = NULL;
     if (Py_TYPE(slot) == &GradHookType) {
         GradHook *g = (GradHook *)slot;
         *places = g->places;
         *weak = g->tensor;
         *version = g->version;
-        return *places != NULL && *weak != NULL && *version != NULL; /* cleared by the collector: not usable */
+        Py_XINCREF(*places);
+        Py_XINCREF(*weak);
+        Py_XINCREF(*version);
+    } else if (Py_TYPE(slot) == h->grad_slot_slots.type) {
+        const slots_t *s = &h->grad_slot_slots;
+        *places = slots_get(s, slot, 0);
+        *weak = *places ? slots_get(s, slot, 1) : NULL;
+        *version = *weak ? slots_get(s, slot, 2) : NULL;
     }
-    if (Py_TYPE(slot) != h->grad_slot_slots.type)
-        return 0;
-    *places = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[0]);
-    *weak = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[1]);
-    *version = *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[2]);
-    return *places != NULL && *weak != NULL && *version != NULL;
+    if (*places != NULL && *weak != NULL && *version != NULL)
+        return 1;
+    Py_CLEAR(*places); /* cleared by the collector, or unset: not usable */
+    Py_CLEAR(*weak);
+    Py_CLEAR(*version);
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 /* _GradSlot.fired of a hook this step: its gradient came since its places were started. */
 static int slot_fired(Handler *h, PyObject *slot) {
     if (Py_TYPE(slot) == &GradHookType)
         return ((GradHook *)slot)->fired;
-    return *(PyObject **)((char *)slot + h->grad_slot_slots.offsets[3]) == Py_True;
+    PyObject *fired = slots_get(&h->grad_slot_slots, slot, 3);
+    Py_XDECREF(fired);
+    return fired == Py_True;
 }
 
 /* _GradSlot.end(key) and _GradSlot.restart(place): the places of `key` (the key of `place`) are done with
@@ -433,8 +444,13 @@ static int slot_fired(Handler *h, PyObject *slot) {
    them. */
 static int slot_restart(Handler *h, PyObject *slot, PyObject *key, PyObject *place) {
     int ours = Py_TYPE(slot) == &GradHookType;
-    PyObject **at = ours ? &((GradHook *)slot)->places : (PyObject **)((char *)slot + h->grad_slot_slots.offsets[0]);
-    PyObject *old = *at ? PySequence_Fast(*at, "a gradient hook's places: expected a list") : PyList_New(0);
+    PyObject *held = ours ? ((GradHook *)slot)->places : slots_get(&h->grad_slot_slots, slot, 0);
+    if (ours)
+        Py_XINCREF(held);
+    else if (held == NULL && PyErr_Occurred())
+        return -1;
+    PyObject *old = held ? PySequence_Fast(held, "a gradient hook's places: expected a list") : PyList_New(0);
+    Py_XDECREF(held);
     PyObject *list = old ? PyList_New(0) : NULL;
     if (list == NULL || (place != NULL && (!PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 3))) {
         if (list != NULL)
@@ -457,14 +473,15 @@ static int slot_restart(Handler *h, PyObject *slot, PyObject *key, PyObject *pla
         Py_DECREF(list);
         return -1;
     }
-    Py_XSETREF(*at, list);
     if (ours) {
+        Py_XSETREF(((GradHook *)slot)->places, list);
         ((GradHook *)slot)->fired = 0;
-    } else {
-        Py_INCREF(Py_False);
-        Py_XSETREF(*(PyObject **)((char *)slot + h->grad_slot_slots.offsets[3]), Py_False);
+        return 0;
     }
-    return 0;
+    rc = slots_set(&h->grad_slot_slots, slot, 0, list) < 0 || slots_set(&h->grad_slot_slots, slot, 3, Py_False) < 0
+             ? -1 : 0;
+    Py_DECREF(list);
+    return rc;
 }
 
 /* CallRecorder._hook(backward, tensors, key): how many of `tensors` may get a gradient (are hooked), or -1. */
@@ -490,12 +507,21 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
         PyObject *id = place ? PyLong_FromVoidPtr(t) : NULL;
         PyObject *slot = id ? PyDict_GetItemWithError(h->grad_slots, id) : NULL; /* borrowed */
         int rc = id == NULL || (slot == NULL && PyErr_Occurred()) ? -1 : 0, placed = 0;
-        PyObject *places, *weak, *seen;
-        if (rc == 0 && slot != NULL && version != NULL && slot_view(h, slot, &places, &weak, &seen)) {
+        PyObject *places = NULL, *weak = NULL, *seen = NULL;
+        int viewed = rc == 0 && slot != NULL && version != NULL ? slot_view(h, slot, &places, &weak, &seen) : 0;
+        if (viewed < 0)
+            rc = -1;
+        if (viewed > 0) {
             /* hooked already this step: the same tensor, unchanged since (the same autograd node)? */
             Py_INCREF(slot);
             int same = PyWeakref_CheckRef(weak) ? PyObject_RichCompareBool(seen, version, Py_EQ) : 0;
-            if (same > 0 && slot_view(h, slot, &places, &weak, &seen) && referent_is(weak, t)) {
+            Py_CLEAR(places); /* the comparison may have run Python code: look again */
+            Py_CLEAR(weak);
+            Py_CLEAR(seen);
+            viewed = same > 0 ? slot_view(h, slot, &places, &weak, &seen) : 0;
+            if (viewed < 0)
+                same = -1;
+            if (viewed > 0 && referent_is(weak, t)) {
                 /* yes: one more place for its hook; when a backward pass has brought its gradient since, the
                    places of the same key before are done with (see _GradSlot) */
                 rc = slot_fired(h, slot) ? slot_restart(h, slot, NULL, place)
@@ -506,6 +532,9 @@ static int hook(Handler *h, PyObject *backward, PyObject *tensors, PyObject *key
             } else if (same < 0) {
                 rc = -1;
             }
+            Py_XDECREF(places);
+            Py_XDECREF(weak);
+            Py_XDECREF(seen);
             Py_DECREF(slot);
         }
         PyObject *fresh = NULL;
@@ -559,17 +588,19 @@ static int fill(Handler *h, PyObject *backward, PyObject *key, PyObject *index, 
     Py_XDECREF(open);
     if (on <= 0 || grad == Py_None)
         return on < 0 ? -1 : 0;
-    PyObject *field[8]; /* held from here on: Python code runs below */
+    PyObject *field[8] = {NULL}; /* held from here on: Python code runs below */
     int ours = 1;
-    for (int i = 0; i < 8; i++)
-        ours &= (field[i] = *(PyObject **)((char *)backward + b->offsets[i])) != NULL;
+    for (int i = 0; ours && i < 8; i++)
+        ours = (field[i] = slots_get(b, backward, i)) != NULL;
     if (!ours || field[6] != Py_None) { /* a slot deleted, or tensors saved: its own fill */
+        for (int i = 0; i < 8; i++)
+            Py_XDECREF(field[i]);
+        if (PyErr_Occurred())
+            return -1;
         PyObject *done = PyObject_CallMethod(backward, "fill", "OOO", key, index, grad);
         Py_XDECREF(done);
         return done == NULL ? -1 : 0;
     }
-    for (int i = 0; i < 8; i++)
-        Py_INCREF(field[i]);
     PyObject *record = NULL, *slots = NULL;
     int rc = PyObject_IsTrue(field[7]); /* abandoned */
     if (rc == 0 && field[2] == Py_None) { /* the record appears with the first gradient */
@@ -594,11 +625,8 @@ static int fill(Handler *h, PyObject *backward, PyObject *key, PyObject *index, 
         Py_XDECREF(data);
         if (record == NULL || session_add(h, name, record) < 0)
             rc = -1;
-        if (rc == 0) {
-            PyObject **at = (PyObject **)((char *)backward + b->offsets[2]);
-            Py_INCREF(record);
-            Py_XSETREF(*at, record);
-        }
+        if (rc == 0 && slots_set(b, backward, 2, record) < 0)
+            rc = -1;
         if (rc == 0 && h->file_new != Py_None && h->has_modules && /* recorder.parents: extra_info, mix */
             ((construct = step_dict(h, S_construct)) == NULL || PyDict_SetItem(construct, name, parent) < 0))
             rc = -1;
@@ -755,20 +783,20 @@ static PyTypeObject GradHookType = {
 
 /* CallRecorder._backward(call): its BackwardCall (save_as None: this route runs only when no tensor is saved). */
 static PyObject *backward_of(Handler *h, PyObject *call) {
-    const Py_ssize_t *at = h->call_slots.offsets; /* name, record, backward, save_as, bwd_name, bwd_parent, n_in */
-    for (int i = 4; i < 7; i++)
-        if (*(PyObject **)((char *)call + at[i]) == NULL) {
-            PyErr_SetString(PyExc_AttributeError, "Call: its backward name, parent or input count is unset");
-            return NULL;
-        }
-    PyObject *parts[] = {*(PyObject **)((char *)call + at[4]), h->recorder, Py_None,
-                         *(PyObject **)((char *)call + at[6]), ZERO, *(PyObject **)((char *)call + at[5]),
-                         Py_None, Py_False};
-    PyObject *backward = slots_new(&h->backward_slots, parts);
-    if (backward != NULL) {
-        Py_INCREF(backward);
-        Py_SETREF(*(PyObject **)((char *)call + at[2]), backward);
+    const slots_t *c = &h->call_slots; /* name, record, backward, save_as, bwd_name, bwd_parent, n_in */
+    PyObject *name = slots_get(c, call, 4), *parent = name ? slots_get(c, call, 5) : NULL,
+             *n_in = parent ? slots_get(c, call, 6) : NULL, *backward = NULL;
+    if (n_in == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_AttributeError, "Call: its backward name, parent or input count is unset");
+    if (n_in != NULL) {
+        PyObject *parts[] = {name, h->recorder, Py_None, n_in, ZERO, parent, Py_None, Py_False};
+        backward = slots_new(&h->backward_slots, parts);
     }
+    if (backward != NULL && slots_set(c, call, 2, backward) < 0)
+        Py_CLEAR(backward);
+    Py_XDECREF(name);
+    Py_XDECREF(parent);
+    Py_XDECREF(n_in);
     return backward;
 }
 
@@ -821,10 +849,11 @@ static int grads_after(Handler *h, PyObject *call, PyObject *out, int quieted) {
     if (rc == 1 && quiet_for(h, outputs, quieted, &quiet) < 0)
         rc = -1;
     if (rc == 1) {
-        PyObject *backward = *(PyObject **)((char *)call + h->call_slots.offsets[2]);
-        Py_XINCREF(backward);
+        PyObject *backward = slots_get(&h->call_slots, call, 2);
         int made = backward == Py_None || backward == NULL;
-        if (made) {
+        if (backward == NULL && PyErr_Occurred())
+            rc = -1, made = 0;
+        else if (made) {
             Py_XDECREF(backward);
             int wanted = any_may_get_grad(outputs);
             backward = wanted > 0 ? backward_of(h, call) : wanted < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
@@ -840,9 +869,8 @@ static int grads_after(Handler *h, PyObject *call, PyObject *out, int quieted) {
             if (hooked == 0 && !made && PyList_GET_SIZE(outputs) > 0) {
                 /* nothing flows into its backward (x > 0, x.detach()): no record; see gradients_after */
                 if (Py_TYPE(backward) == h->backward_slots.type) {
-                    PyObject **abandoned = (PyObject **)((char *)backward + h->backward_slots.offsets[7]);
-                    Py_INCREF(Py_True);
-                    Py_XSETREF(*abandoned, Py_True);
+                    if (slots_set(&h->backward_slots, backward, 7, Py_True) < 0)
+                        rc = -1;
                 } else if (PyObject_SetAttrString(backward, "abandoned", Py_True) < 0) {
                     rc = -1;
                 }
@@ -1157,7 +1185,7 @@ static PyObject *Handler_torch_function(Handler *h, PyObject *const *argv, Py_ss
     return out;
 }
 
-/* What PyTorch gets for the mode's `__torch_function__` (Handler_getattr below): the bound method, in an object
+/* What PyTorch gets for the mode's `__torch_function__` (Handler_getattro below): the bound method, in an object
    of this type when the method is the handler's own. Why: for every call it hands to a mode, PyTorch also
    reads `__torch_function__.__self__` (to refuse a classmethod) by PyObject_FastGetAttrString, which on a
    bound method makes a str and looks it up in the method's class (a miss in CPython's type cache: the str is
@@ -1195,7 +1223,7 @@ static PyObject *TorchFunctionCall_vectorcall(TorchFunctionCall *c, PyObject *co
                                               PyObject *kwnames) {
     if (torch_function_call_alive(c) < 0)
         return NULL;
-    return Handler_torch_function((Handler *)PyCFunction_GET_SELF(c->bound), args, PyVectorcall_NARGS(nargsf),
+    return Handler_torch_function((Handler *)PyCFunction_GetSelf(c->bound), args, PyVectorcall_NARGS(nargsf),
                                   kwnames);
 }
 
@@ -1203,7 +1231,7 @@ static PyObject *TorchFunctionCall_getattr(TorchFunctionCall *c, char *name) {
     if (torch_function_call_alive(c) < 0)
         return NULL;
     if (strcmp(name, "__self__") == 0) {
-        PyObject *handler = PyCFunction_GET_SELF(c->bound);
+        PyObject *handler = PyCFunction_GetSelf(c->bound);
         Py_INCREF(handler);
         return handler;
     }
@@ -1220,7 +1248,7 @@ static PyTypeObject TorchFunctionCallType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe_lite.pytorch._fast_capture.TorchFunctionCall",
     .tp_basicsize = sizeof(TorchFunctionCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "The handler's bound __torch_function__ as PyTorch's C++ side sees it (see Handler_getattr).",
+    .tp_doc = "The handler's bound __torch_function__ as PyTorch's C++ side sees it (see Handler_getattro).",
     .tp_vectorcall_offset = offsetof(TorchFunctionCall, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_getattr = (getattrfunc)TorchFunctionCall_getattr,
@@ -1233,8 +1261,8 @@ static PyTypeObject TorchFunctionCallType = {
 /* `value` (a new reference, the mode's `__torch_function__`) as a TorchFunctionCall when it is the handler's
    own bound method, else as it is. */
 static PyObject *torch_function_call(Handler *h, PyObject *value) {
-    if (!PyCFunction_Check(value) || PyCFunction_GET_SELF(value) != (PyObject *)h ||
-        PyCFunction_GET_FUNCTION(value) != (PyCFunction)(void (*)(void))Handler_torch_function)
+    if (!PyCFunction_Check(value) || PyCFunction_GetSelf(value) != (PyObject *)h ||
+        PyCFunction_GetFunction(value) != (PyCFunction)(void (*)(void))Handler_torch_function)
         return value;
     TorchFunctionCall *c = PyObject_GC_New(TorchFunctionCall, &TorchFunctionCallType);
     if (c == NULL) {
@@ -1247,34 +1275,35 @@ static PyObject *torch_function_call(Handler *h, PyObject *value) {
     return (PyObject *)c;
 }
 
-/* tp_getattr: the attribute named by a C string. PyTorch looks up a mode's `__torch_function__` that way twice
-   for every call it hands to the mode, the ones that only pass through included (PyObject_FastGetAttrString,
-   which uses tp_getattr before Python 3.13, then PyObject_CallMethod, whose PyObject_GetAttrString does on
-   every version): by default each makes a str of the name, looks it up in the class and the instance, and
-   binds a new method object. Here the bound method is made once and handed out again while the class is
-   unchanged (its version tag: any change of a class attribute, here or in a base, gives the class a new one;
-   0 means none and the lookup is made). PyTorch refuses a mode whose `__torch_function__` is not a method of
-   its class, and the instance's own dict is the debugger's. The bound method holds the handler: `release()`
-   (when the mode is popped) lets go of it. Every other name: the usual lookup. */
-static PyObject *Handler_getattr(Handler *h, char *name) {
-    PyTypeObject *kind = Py_TYPE(h);
-    int wanted = strcmp(name, "__torch_function__") == 0;
-    if (wanted && h->torch_function != NULL && kind->tp_version_tag != 0 &&
-        kind->tp_version_tag == h->torch_function_of) {
+/* tp_getattro, inherited by the Python subclass: PyTorch looks up a mode's `__torch_function__` by name twice for
+   every call it hands to the mode, the ones that only pass through included; by default each binds a new
+   method object. Here the bound method made by a lookup is handed out again while the class still has the
+   same `__torch_function__` (one lookup in the class, which CPython caches; a wrapper set on the class is
+   seen at the next call). The instance's dict is the debugger's. PyTorch refuses a mode whose
+   `__torch_function__` is not a method of its class. The bound method holds the handler: `release()` (when
+   the mode is popped) lets go of it. Every other name: the usual lookup. */
+static PyObject *Handler_getattro(Handler *h, PyObject *name) {
+    int wanted = PyUnicode_Check(name) && PyUnicode_GET_LENGTH(name) == 18 &&
+                 PyUnicode_CompareWithASCIIString(name, "__torch_function__") == 0;
+    if (!wanted)
+        return PyObject_GenericGetAttr((PyObject *)h, name);
+    PyObject *in_class = PyObject_GetAttr((PyObject *)Py_TYPE(h), name);
+    if (in_class == NULL)
+        return NULL;
+    if (h->torch_function != NULL && in_class == h->torch_function_from) {
+        Py_DECREF(in_class);
         Py_INCREF(h->torch_function);
         return h->torch_function;
     }
-    PyObject *key = PyUnicode_FromString(name);
-    if (key == NULL)
-        return NULL;
-    PyObject *value = PyObject_GetAttr((PyObject *)h, key);
-    Py_DECREF(key);
-    if (wanted && value != NULL)
+    PyObject *value = PyObject_GenericGetAttr((PyObject *)h, name);
+    if (value != NULL)
         value = torch_function_call(h, value);
-    if (wanted && value != NULL && kind->tp_version_tag != 0) { /* the lookup gave the class a version tag */
+    if (value != NULL) {
         Py_INCREF(value);
         Py_XSETREF(h->torch_function, value);
-        h->torch_function_of = kind->tp_version_tag;
+        Py_XSETREF(h->torch_function_from, in_class);
+    } else {
+        Py_DECREF(in_class);
     }
     return value;
 }
@@ -1307,10 +1336,6 @@ static PyObject *Handler_bind(Handler *h, PyObject *args) {
     h->inputs = (char)inputs;
     h->outputs = (char)outputs;
     h->numbers = (char)numbers;
-    PyTypeObject *kind = Py_TYPE(h);
-    if (kind->tp_getattr == NULL && kind->tp_getattro == PyObject_GenericGetAttr)
-        kind->tp_getattr = (getattrfunc)Handler_getattr; /* a Python subclass does not inherit it: type_new's
-                                                            slot update sets it to NULL */
     Py_RETURN_NONE;
 }
 
@@ -1398,6 +1423,7 @@ static int Handler_traverse(Handler *h, visitproc visit, void *arg) {
     Py_VISIT(h->bare);
     Py_VISIT(h->mode_count);
     Py_VISIT(h->torch_function);
+    Py_VISIT(h->torch_function_from);
     return 0;
 }
 
@@ -1409,7 +1435,12 @@ static int Handler_clear(Handler *h) {
     Py_CLEAR(h->bare);
     Py_CLEAR(h->mode_count);
     Py_CLEAR(h->torch_function);
-    h->record_slots.type = NULL; /* borrowed from record_type */
+    Py_CLEAR(h->torch_function_from);
+    slots_clear(&h->record_slots);
+    slots_clear(&h->call_slots);
+    slots_clear(&h->backward_slots);
+    slots_clear(&h->grad_slot_slots);
+    slots_clear(&h->handle_slots);
     h->grads_in_c = 0;
     return 0;
 }
@@ -1420,9 +1451,10 @@ static void Handler_dealloc(Handler *h) {
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
-/* release(): lets go of the bound __torch_function__ kept by Handler_getattr (it refers to the handler). */
+/* release(): lets go of the bound __torch_function__ kept by Handler_getattro (it refers to the handler). */
 static PyObject *Handler_release(Handler *h, PyObject *unused) {
     Py_CLEAR(h->torch_function);
+    Py_CLEAR(h->torch_function_from);
     Py_RETURN_NONE;
 }
 
@@ -1458,8 +1490,7 @@ static PyTypeObject HandlerType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The C side of ApiCapture (a base class of it): its __torch_function__ (see the module).",
     .tp_new = PyType_GenericNew,
-    .tp_getattr = (getattrfunc)Handler_getattr,
-    .tp_getattro = PyObject_GenericGetAttr, /* both, or neither is inherited */
+    .tp_getattro = (getattrofunc)Handler_getattro,
     .tp_methods = HANDLER_METHODS,
     .tp_members = HANDLER_MEMBERS,
     .tp_traverse = (traverseproc)Handler_traverse,
@@ -1472,9 +1503,6 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_capture",
                                     NULL};
 
 PyMODINIT_FUNC PyInit__fast_capture(void) {
-#define INTERN(var, text)                                                                                  \
-    if ((var = PyUnicode_InternFromString(text)) == NULL)                                                   \
-        return NULL;
     INTERN(S_forward_on, "forward_on");
     INTERN(S_counters, "counters");
     INTERN(S_construct, "construct");

@@ -35,12 +35,13 @@ Used only while no tensor file is written for the record (the file names need ea
 #include "_weakref.h"
 
 static FastStatsApi *STATS;
-static PyObject *S_type, *S_value, *S_torch_tensor, *S_requires_grad;
+static PyObject *S_type, *S_value, *S_torch_tensor, *S_requires_grad, *S_nbytes;
 
 /* The tensor's attributes and methods read here, in the order of READ_NAMES. */
-enum { R_VERSION, R_DTYPE, R_IS_CPU, R_LAYOUT, R_SHAPE, R_REQUIRES_GRAD, R_IS_NEG, R_STRIDE, R_DATA_PTR, N_READS };
-static const char *const READ_NAMES[N_READS] = {"_version", "dtype",  "is_cpu", "layout",  "shape",
-                                                "requires_grad", "is_neg", "stride", "data_ptr"};
+enum { R_VERSION, R_DTYPE, R_IS_CPU, R_LAYOUT, R_SHAPE, R_REQUIRES_GRAD, R_IS_NEG, R_STRIDE, R_DATA_PTR,
+       R_STORAGE, R_STORAGE_OFFSET, N_READS };
+static const char *const READ_NAMES[N_READS] = {"_version", "dtype", "is_cpu", "layout", "shape", "requires_grad",
+                                                "is_neg", "stride", "data_ptr", "untyped_storage", "storage_offset"};
 static PyObject *READ_STRS[N_READS];
 static PyObject *TYPE_NAMES[4]; /* "bool", "int", "float", "str" */
 
@@ -71,6 +72,7 @@ typedef struct {
     PyObject *shape_of;     /* records.canonical_shape */
     PyObject *shapes;       /* records.SHAPES: the shapes it has made canonical */
     slots_t summary_slots;  /* TensorSummary made without its __init__ (see _slots.h), when it can be */
+    slots_t record_slots;   /* the slots of the last record sealed (core/records.py Record) */
     int max_depth;          /* values.MAX_DEPTH: deeper values go to the Python walk, which ends them */
     PyObject *crc;          /* summary_mode md5: zlib_ng.crc32, the md5 field's CRC-32 (else None) */
     PyObject *quiet;        /* torch._C.DisableTorchFunction, for bare(); None without it */
@@ -118,10 +120,8 @@ static PyObject *read_of(Encoder *e, PyObject *t, int which) {
     if (descr == NULL)
         return which < R_IS_NEG ? PyObject_GetAttr(t, READ_STRS[which])
                                 : PyObject_CallMethodNoArgs(t, READ_STRS[which]);
-    if (Py_IS_TYPE(descr, &PyGetSetDescr_Type)) {
-        PyGetSetDef *def = ((PyGetSetDescrObject *)descr)->d_getset;
-        return def->get(t, def->closure);
-    }
+    if (Py_IS_TYPE(descr, &PyGetSetDescr_Type))
+        return PyGetSetDescr_Type.tp_descr_get(descr, t, (PyObject *)Py_TYPE(t));
     return PyObject_Vectorcall(descr, &t, 1, NULL); /* a method descriptor checks the type of `t` itself */
 }
 
@@ -182,9 +182,6 @@ static void find_reads(PyObject *tensor_types, PyObject **reads) {
             }
             Py_XSETREF(found, descr);
         }
-        if (found != NULL && Py_IS_TYPE(found, &PyGetSetDescr_Type) &&
-            ((PyGetSetDescrObject *)found)->d_getset->get == NULL)
-            Py_CLEAR(found);
         Py_XSETREF(reads[i], found);
     }
 }
@@ -433,6 +430,7 @@ static int layout_of(PyObject *shape, PyObject *strides, Py_ssize_t *n, Py_ssize
 }
 
 static const char *const SUMMARY_SLOTS[] = {"type", "dtype", "shape", "stats", "requires_grad", "md5"};
+static const char *const RECORD_SLOTS[] = {"name", "data"};
 
 /* Bytes per value of the kinds read here: the kernel's float32, float64, bfloat16, then int64 and bool. */
 static const Py_ssize_t ITEM_SIZES[KIND_BOOL + 1] = {4, 8, 2, 8, 1};
@@ -503,22 +501,36 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
     if (fits && md5_mode) /* md5: the bytes in memory are the values in order, and few enough to copy */
         fits = c_contiguous(shape, strides) && n <= CRC_IN_C_MAX / ITEM_SIZES[code];
     Py_XDECREF(strides);
-    PyObject *address = fits ? read_of(e, t, R_DATA_PTR) : NULL;
-    void *data = address ? PyLong_AsVoidPtr(address) : NULL;
-    Py_XDECREF(address);
+    /* The storage is held while its memory is read: another thread's `t.set_()` or `t.data =` would free
+       the tensor's old storage otherwise. The values read must lie inside it (the shape was read before). */
+    PyObject *storage = fits ? read_of(e, t, R_STORAGE) : NULL;
+    PyObject *offset = storage ? read_of(e, t, R_STORAGE_OFFSET) : NULL;
+    PyObject *base = offset ? PyObject_CallMethodNoArgs(storage, READ_STRS[R_DATA_PTR]) : NULL;
+    PyObject *size = base ? PyObject_CallMethodNoArgs(storage, S_nbytes) : NULL;
+    const char *data = NULL;
+    if (size != NULL) {
+        Py_ssize_t first = PyLong_AsSsize_t(offset), bytes = PyLong_AsSsize_t(size), item = ITEM_SIZES[code];
+        char *start = (char *)PyLong_AsVoidPtr(base);
+        Py_ssize_t extent = (rows - 1) * stride + run; /* values from the first one read to the last */
+        if (!PyErr_Occurred() && start != NULL && first >= 0 && first <= bytes / item &&
+            extent <= bytes / item - first)
+            data = start + first * item;
+    }
+    Py_XDECREF(offset);
+    Py_XDECREF(base);
+    Py_XDECREF(size);
     if (data == NULL) {
+        Py_XDECREF(storage);
         Py_XDECREF(shape);
         goto python;
     }
-    /* The GIL stays held: a tensor object does not pin its memory (another thread's `t.set_()`, `t.data =`
-       or `resize_()` would free it), and with the GIL no Python code runs until the reading is done. */
     PyObject *stats;
     if (code == KIND_INT64 || code == KIND_BOOL) {
         stats = code == KIND_INT64 ? int64_stats((const char *)data, rows, run, stride)
                                    : bool_stats((const char *)data, rows, run, stride);
     } else {
         double out[4];
-        if (STATS->one_pass((const char *)data, rows, run, stride, (int)code, STATS_TEAM, out))
+        if (STATS->one_pass((const char *)data, rows, run, stride, (int)code, 0, out))
             stats = STATS->new_stats(out); /* one object, not five (see Stats in core/_fast_stats.c) */
         else /* NaN, or a float32 lane sum that overflowed: the library route's rules */
             stats = infinite_stats((const char *)data, (int)code, rows, run, stride, out);
@@ -530,14 +542,13 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
         if (md5 == NULL)
             Py_CLEAR(stats);
     }
+    Py_DECREF(storage);
     if (stats != NULL && version != NULL) {
-        /* Another thread inside torch (the GIL released there) may have swapped or resized this tensor's
-           memory meanwhile, as `t.set_()` or `resize_()`: both change its version, and such statistics go
-           to the Python route, which reads through a numpy view that holds the memory. This keeps wrong
-           statistics out of the dump once the other thread's change is complete; it does not stop the
-           kernel from reading memory freed while that change is under way (the storage is not held here:
-           holding it costs more per summary than the rest). A program that changes a tensor on one thread
-           while torch reads it on another is racy with or without the debugger. */
+        /* Another thread inside torch (the GIL released there) may have changed this tensor meanwhile, as
+           `t.set_()` or `resize_()`: both change its version, and such statistics go to the Python route. A
+           `resize_()` of the held storage itself frees its old memory under the reader; no public interface
+           pins it. A program that changes a tensor on one thread while torch reads it on another is racy with
+           or without the debugger. */
         PyObject *now = read_of(e, t, R_VERSION);
         int same = now ? PyObject_RichCompareBool(now, version, Py_EQ) : -1;
         Py_XDECREF(now);
@@ -617,11 +628,11 @@ static int in_tainted(Encoder *e, PyObject *t) {
    `requires_grad_()` since: it does not move the version), -1 on an error that is not the tensor's. */
 static int same_grad_flag(Encoder *e, PyObject *t, PyObject *summary) {
     PyObject *held = Py_TYPE(summary) == e->summary_slots.type /* slot 4: SUMMARY_SLOTS' requires_grad */
-                         ? *(PyObject **)((char *)summary + e->summary_slots.offsets[4])
+                         ? slots_get(&e->summary_slots, summary, 4)
                          : NULL;
-    if (held != NULL)
-        Py_INCREF(held);
-    else if ((held = PyObject_GetAttr(summary, S_requires_grad)) == NULL)
+    if (held == NULL && !PyErr_Occurred())
+        held = PyObject_GetAttr(summary, S_requires_grad);
+    if (held == NULL)
         return PyErr_ExceptionMatches(PyExc_Exception) ? (PyErr_Clear(), 0) : -1;
     int same = 1; /* a summary without the flag (None) has nothing to keep up to date */
     if (held != Py_None) {
@@ -711,22 +722,19 @@ error:
    itself, must not make a seal() long. */
 #define SEAL_VISITS 100000
 
-/* The slots of an instance whose classes, up to `object`, are Python classes with __slots__ and no
-   __dict__ (Record, TensorSummary): 1 when each is sealed (all of them are looked at, bottom up). */
-static int slots_sealed(Encoder *e, PyObject *v, int depth, Py_ssize_t *visits) {
-    PyTypeObject *kind = Py_TYPE(v);
-    if (kind->tp_dictoffset != 0)
-        return 0;
+/* The slots of a summary or a record (plain __slots__ classes, see _slots.h): 1 when each is sealed. */
+static int slots_sealed(Encoder *e, const slots_t *s, PyObject *v, int depth, Py_ssize_t *visits) {
+    if (Py_TYPE(v) != s->type)
+        return 0; /* another kind of class may hold references elsewhere: leave it tracked */
     int all = 1;
-    for (; kind != &PyBaseObject_Type; kind = kind->tp_base) {
-        if (kind == NULL || !(kind->tp_flags & Py_TPFLAGS_HEAPTYPE))
-            return 0; /* a C base may hold references of its own */
-        for (PyMemberDef *m = kind->tp_members; m != NULL && m->name != NULL; m++) {
-            if (m->type != T_OBJECT_EX) /* __slots__ are object members; anything else: leave it tracked */
-                return 0;
-            PyObject *item = *(PyObject **)((char *)v + m->offset);
-            all &= item == NULL || sealed(e, item, depth + 1, visits);
+    for (int i = 0; i < s->n; i++) {
+        PyObject *item = slots_get(s, v, i); /* the summary holds it too */
+        if (item == NULL && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
         }
+        all &= item == NULL || sealed(e, item, depth + 1, visits);
+        Py_XDECREF(item);
     }
     return all;
 }
@@ -753,7 +761,7 @@ static int sealed(Encoder *e, PyObject *v, int depth, Py_ssize_t *visits) {
         while (PyDict_Next(v, &pos, &key, &value))
             all &= PyUnicode_CheckExact(key) && sealed(e, value, depth + 1, visits);
     } else if ((PyObject *)kind == e->summary_type) {
-        all = slots_sealed(e, v, depth, visits);
+        all = slots_sealed(e, &e->summary_slots, v, depth, visits);
     } else {
         return 0;
     }
@@ -924,7 +932,7 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_TypeError, "Encoder(): crc is zlib_ng.crc32 (summary_mode md5) or None");
         return -1;
     }
-    slots_t summary_slots; /* kept below, once summary_type is: a failed re-init leaves the encoder as it was */
+    slots_t summary_slots = {0}; /* kept below, once all is checked: a failed re-init leaves the encoder as it was */
     if (slots_find(&summary_slots, summary_type, SUMMARY_SLOTS, 6) < 0)
         return -1;
     PyObject *key, *value;
@@ -933,12 +941,14 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
         if (!PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) != 2 ||
             !PyLong_CheckExact(PyTuple_GET_ITEM(value, 0)) || !PyUnicode_CheckExact(PyTuple_GET_ITEM(value, 1))) {
             PyErr_SetString(PyExc_TypeError, "Encoder(): kinds maps a dtype to (kernel kind, dtype name)");
+            slots_clear(&summary_slots);
             return -1;
         }
         long k = PyLong_AsLong(PyTuple_GET_ITEM(value, 0));
         if (k < 0 || k > KIND_BOOL) {
             PyErr_SetString(PyExc_ValueError, "Encoder(): kinds are 0 (float32), 1 (float64), 2 (bfloat16), "
                                               "3 (int64), 4 (bool)");
+            slots_clear(&summary_slots);
             return -1;
         }
     }
@@ -949,6 +959,7 @@ static int Encoder_init(Encoder *e, PyObject *args, PyObject *kwargs) {
     KEEP(cache, cache);
     KEEP(summarize, summarize);
     KEEP(summary_type, summary_type);
+    slots_clear(&e->summary_slots);
     e->summary_slots = summary_slots;
     PyObject *own_kinds = PyDict_Copy(kinds); /* checked above; later changes to the caller's dict stay there */
     if (own_kinds == NULL)
@@ -998,7 +1009,8 @@ static int Encoder_clear(Encoder *e) {
     Py_CLEAR(e->tainted);
     for (int i = 0; i < N_READS; i++)
         Py_CLEAR(e->reads[i]);
-    e->summary_slots.type = NULL; /* borrowed from summary_type */
+    slots_clear(&e->summary_slots);
+    slots_clear(&e->record_slots);
     return 0;
 }
 
@@ -1034,8 +1046,11 @@ static PyObject *Encoder_seal(Encoder *e, PyObject *record) {
         PyErr_SetString(PyExc_RuntimeError, "Encoder was not initialised");
         return NULL;
     }
+    if (Py_TYPE(record) != e->record_slots.type &&
+        slots_find(&e->record_slots, (PyObject *)Py_TYPE(record), RECORD_SLOTS, 2) < 0)
+        return NULL;
     Py_ssize_t visits = 0;
-    if (slots_sealed(e, record, 0, &visits)) /* a Record's: its name and its data */
+    if (slots_sealed(e, &e->record_slots, record, 0, &visits)) /* a Record's: its name and its data */
         untrack(record);
     Py_RETURN_NONE;
 }
@@ -1077,9 +1092,6 @@ PyMODINIT_FUNC PyInit__fast_encode(void) {
     STATS = import_fast_stats();
     if (STATS == NULL)
         return NULL;
-#define INTERN(var, text)                                                                                  \
-    if ((var = PyUnicode_InternFromString(text)) == NULL)                                                   \
-        return NULL;
     for (int i = 0; i < N_READS; i++)
         INTERN(READ_STRS[i], READ_NAMES[i]);
     INTERN(S_type, "type");
@@ -1088,6 +1100,7 @@ PyMODINIT_FUNC PyInit__fast_encode(void) {
         return NULL;
     INTERN(S_torch_tensor, "torch.Tensor");
     INTERN(S_requires_grad, "requires_grad");
+    INTERN(S_nbytes, "nbytes");
     INTERN(TYPE_NAMES[0], "bool");
     INTERN(TYPE_NAMES[1], "int");
     INTERN(TYPE_NAMES[2], "float");

@@ -16,7 +16,7 @@ import torch
 from zlib_ng import zlib_ng
 
 from ..core.records import NO_STATS, SHAPES, PendingStats, TensorSummary, canonical_shape
-from ..core.statistics import (FLOAT32_SQUARES, FLOAT64_SQUARES, KERNEL_KINDS, kernel_team, norm_in_range, one_pass,
+from ..core.statistics import (FLOAT32_SQUARES, FLOAT64_SQUARES, KERNEL_KINDS, norm_in_range, one_pass,
                                scaled_norm)
 from ..core.summary import Summarizer
 from ..core.summary import resolve_pending as core_resolve
@@ -26,7 +26,7 @@ from .framework import PLAIN_TENSORS
 from ..core import native
 
 try:  # call values to dump values in C: the walk, the cache and CPU float summaries (see _fast_encode.c)
-    native.require()
+    native.require("_fast_encode", "_fast_stats")
     from ._fast_encode import Encoder as FastEncoder
 except ImportError:  # built without a C compiler (it needs the statistics kernel too)
     FastEncoder = None
@@ -129,14 +129,14 @@ def _one_pass_stats(t: torch.Tensor, kind: str, read_as, dtype):
     """The C kernel over the tensor's values, read in place where their layout allows (see `_kernel_input`),
     or None when the values are not all finite."""
     if read_as is None and t.dtype is dtype and t.is_contiguous():  # the usual case: one call gives the view
-        return one_pass(t.numpy(force=True).ravel(), kind, 0, 0, True)
+        return one_pass(t.numpy(force=True).ravel(), kind)
     t = t.detach()
     if t.is_neg():  # a lazy negation: the values, not their bits, before any view
         t = t.resolve_neg()
     values, run, stride = _kernel_input(t, dtype)
     if read_as is not None:
         values = values.view(read_as)
-    return one_pass(values.numpy(), kind, run, stride, True)
+    return one_pass(values.numpy(), kind, run, stride)
 
 
 def _cpu_stats(t: torch.Tensor) -> tuple:
@@ -323,12 +323,6 @@ class TorchSummarizer(Summarizer):
     # Every entry point turns torch-function dispatch off: the debugger's own tensor work must neither be
     # recorded by the API capture nor pay its per-call overhead.
     quiet = staticmethod(torch._C.DisableTorchFunction)
-
-    def started(self) -> None:
-        """The training thread borrows PyTorch's OpenMP threads to read large CPU tensors (core/_fast_stats.c):
-        claimed at each start(), so it is the thread that records, whichever that is."""
-        if kernel_team is not None:
-            kernel_team(True)
 
     @staticmethod
     def synchronize() -> None:
