@@ -47,7 +47,7 @@ from .framework import _KEYS, PLAIN_TENSORS, TorchFramework, _HookHandle
 from ..core import native
 
 try:  # the C side of __torch_function__; optional like the other C routes
-    native.require()
+    native.require("_fast_capture")
     from ._fast_capture import Handler as FastHandler
 except ImportError:  # built without a C compiler
     FastHandler = None
