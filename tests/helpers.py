@@ -6,6 +6,19 @@ import math
 import os
 
 import numpy as np
+import pytest
+
+from msprobe_lite.core import native
+
+# The lane: False when MSPROBE_LITE_PURE_PYTHON=1 keeps every C route out (core/native.py), the one condition
+# that every C-only test and C-side of a comparison below is skipped by.
+C_ROUTES = not native.PURE_PYTHON
+# A test, or a parametrised case, that asserts a C route is built or used
+c_route = pytest.mark.skipif(not C_ROUTES, reason="asserts a C route: runs in the C lane")
+# `route` parameters of a test that runs on both routes: its "C" case only in the C lane
+ROUTE_PARAMS = [pytest.param("C", marks=c_route), "Python"]
+# The routes a test that compares them in one run goes through: its C side only in the C lane
+ROUTES_HERE = ("C", "Python") if C_ROUTES else ("Python",)
 
 
 def dump_files(dump_path) -> dict:

@@ -21,7 +21,7 @@ import threading
 import pytest
 import torch
 
-from helpers import data, load
+from helpers import C_ROUTES, ROUTE_PARAMS, c_route, data, load
 from models import make, train
 
 from msprobe_lite.core import exits, safety, session as session_module
@@ -634,14 +634,17 @@ def test_a_step_keeps_few_objects_for_the_garbage_collector(tmp_path, level):
     for name, debugger in (("off", None), ("on", d), ("off", None), ("on", d)):  # warmed up: the last pair
         step(debugger, name)
     assert alive["records"] > 400
-    assert (alive["on"] - alive["off"]) / alive["records"] < 4, alive  # 9.8, then 7.9, now 2.6 (seal)
+    # the Python routes seal nothing (Python has no way to take an object out of the collector's lists), so
+    # their summaries, cache entries and records stay tracked: ~8.4 a record at L1, as before the seal
+    bound = 4 if C_ROUTES else 10
+    assert (alive["on"] - alive["off"]) / alive["records"] < bound, alive  # 9.8, then 7.9, now 2.6 (seal)
 
 
 def test_sealed_records_are_freed_and_written_as_before(tmp_path):
     """A sealed record is out of the collector's lists only: reference counting still frees it and its
     summaries when the step is written, and what is written does not change. A backward record (its lists
-    fill as gradients arrive) and a record holding a tracked leaf stay tracked."""
-    from msprobe_lite.core.records import Record, TensorSummary
+    fill as gradients arrive) stays tracked."""
+    from msprobe_lite.core.records import TensorSummary
 
     model, x, y = make("cnn")
     d = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
@@ -652,10 +655,12 @@ def test_sealed_records_are_freed_and_written_as_before(tmp_path):
     forward = [r for n, r in records.items() if n.endswith(".forward")]
     backward = [r for n, r in records.items() if n.endswith(".backward")]
     assert len(forward) > 10 and backward
-    assert not any(gc.is_tracked(r) or gc.is_tracked(r.data) for r in forward)
     assert all(gc.is_tracked(r.data["input"]) for r in backward if "input" in r.data)
     summaries = [s for r in forward for s in r.data["output"] if isinstance(s, TensorSummary)]
-    assert summaries and not any(gc.is_tracked(s) for s in summaries)
+    assert summaries
+    if C_ROUTES:  # the C encoder seals (the Python routes cannot untrack an object): freed all the same
+        assert not any(gc.is_tracked(r) or gc.is_tracked(r.data) for r in forward)
+        assert not any(gc.is_tracked(s) for s in summaries)
     d.stop()
     d.step()
     written = data(tmp_path, 0)
@@ -664,6 +669,14 @@ def test_sealed_records_are_freed_and_written_as_before(tmp_path):
     # counting frees them with it, no collection needed
     assert {sys.getrefcount(s) for s in summaries} == {3}
     assert written["Tensor.sum.0.forward"]["output"][0]["Max"] == pytest.approx(loss.item(), rel=1e-6)
+
+
+@c_route
+def test_a_seal_leaves_tracked_what_holds_a_tracked_leaf_or_a_cycle(tmp_path):
+    """The C encoder's seal (Summarizer.seal) untracks a record only where nothing in it can make a cycle."""
+    from msprobe_lite.core.records import Record, TensorSummary
+
+    d = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
 
     class Leaf:  # a leaf of a kind the encoder never makes stays tracked, and so do its containers
         pass
@@ -697,7 +710,7 @@ def test_sealed_records_are_freed_and_written_as_before(tmp_path):
     looped.pop()
 
 
-@pytest.fixture(params=["C", "Python"])
+@pytest.fixture(params=ROUTE_PARAMS)
 def record_lines(request):
     """dump.json's record lines on both routes: the C formatter, and Python where it is not built."""
     from msprobe_lite.core import writer
@@ -750,6 +763,7 @@ def test_record_text_is_what_json_writes(record_lines):
     assert record_lines([]) == b""
 
 
+@c_route
 def test_the_c_formatter_reads_stats_whatever_is_imported_first():
     """The C formatter writes a Stats (core/_fast_stats.c) from its doubles: also in a process whose first
     import is the writer (compare's import order), before anything imported _fast_stats."""
@@ -842,6 +856,7 @@ def _doubles_hard_to_print(rnd) -> list:
     return [v for v in values if math.isfinite(v)]
 
 
+@c_route
 def test_c_floats_are_written_as_float_repr():
     """The C writer formats floats through PyOS_double_to_string: the characters must be float.__repr__'s, as
     json.dumps writes them, for every double."""
