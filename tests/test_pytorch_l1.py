@@ -782,7 +782,7 @@ def test_the_c_handler_takes_the_gradient_half_too(tmp_path):
 
 @c_route
 def test_the_modes_torch_function_is_looked_up_again_when_its_class_changes(tmp_path, monkeypatch):
-    """The C handler hands PyTorch a bound __torch_function__ made once (Handler_getattr); a change of the class
+    """The C handler hands PyTorch a bound __torch_function__ made once (Handler_getattro); a change of the class
     (here a wrapper set on it) must be seen on the next call."""
     from msprobe_lite.pytorch import api_capture
     assert api_capture.FastHandler is not None  # the test set-up builds it (pip install -e .)
@@ -800,7 +800,7 @@ def test_the_modes_torch_function_is_looked_up_again_when_its_class_changes(tmp_
         return original(self, func, types, args, kwargs)
 
     monkeypatch.setattr(kind, "__torch_function__", spy)
-    assert kind.__torch_function__ is spy  # a lookup in the class: it has a new version tag before the call
+    assert kind.__torch_function__ is spy  # the class now has another __torch_function__
     torch.cos(torch.ones(2))
     monkeypatch.undo()
     assert kind.__torch_function__ is original

@@ -891,8 +891,8 @@ def test_infinities_without_nan_are_read_in_c_as_the_python_route_reads_them(mon
     assert (high, low, norm) == (float("inf"), float("-inf"), float("inf")) and math.isnan(mean)
 
 
-# -- the team: large tensors read by PyTorch's OpenMP threads with the caller -------------------------------------
-def _team_cases():
+# -- large tensors: read in pieces on the calling thread ------------------------------------------------------
+def _large_cases():
     g = np.random.default_rng(21)
     flat = (g.standard_normal(1 << 20) * 3 + 0.5).astype(np.float32)
     bf16 = torch.from_numpy(flat).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
@@ -906,144 +906,40 @@ def _team_cases():
     yield flat[: 999 * 768 + 256], "float32", 256, 768  # q of a qkv split: rows of 256 every 768
 
 
-def _sharing(threads: int):
-    """torch.set_num_threads(threads) for the block: the team is PyTorch's intra-op threads. Three on this
-    2-core machine (or a 1-core runner) still makes a team, and splits the pieces unevenly."""
-    import contextlib
+@c_route
+def test_large_buffers_get_their_values_statistics():
+    """Whole buffers and rows of a wider one, around the kernel's piece size: the statistics of the values
+    read (computed here in float64), and the same numbers for the same values on every call."""
+    from msprobe_lite.core._fast_stats import stats
 
-    from msprobe_lite.core._fast_stats import team
-
-    @contextlib.contextmanager
-    def block():
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        team(True)  # this thread borrows them, as the debugger's training thread does at start()
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
-    return block()
-
-
-def test_the_team_reads_the_same_numbers_as_one_thread():
-    """The pieces' sums are added in one order whoever reads them: a golden run on 3 threads and a target on 1
-    get the same statistics from the same values, to the last bit, and they are the values' statistics."""
-    from msprobe_lite.core._fast_stats import stats, team
-
-    for values, kind, run, stride in _team_cases():
-        with _sharing(3):
-            assert team()[0] == 3
-            reads = team()[1]
-            shared = stats(values, kind, run, stride, True)
-            count = len(values) if not run else ((len(values) - run) // stride + 1) * run
-            assert team()[1] == reads + (count > 32768)  # the team reads what PyTorch would split
-        with _sharing(1):
-            assert team()[0] == 1 and stats(values, kind, run, stride, True) == shared
-        assert stats(values, kind, run, stride) == shared, (kind, len(values), run)
+    for values, kind, run, stride in _large_cases():
+        got = stats(values, kind, run, stride)
+        assert stats(values, kind, run, stride) == got
         wide = values.astype(np.float64) if kind != "bfloat16" else \
             torch.from_numpy(values.view(np.int16)).view(torch.bfloat16).double().numpy()
         if run:
             rows = (len(values) - run) // stride + 1
             wide = np.lib.stride_tricks.as_strided(wide, (rows, run), (stride * 8, 8)).ravel()
         want = (wide.max(), wide.min(), wide.mean(), math.sqrt((wide * wide).sum()))
-        assert shared[:2] == want[:2]
-        for got, w in zip(shared[2:], want[2:]):
-            assert math.isclose(got, w, rel_tol=1e-12 if kind == "float64" else 2e-5), (kind, got, w)
+        assert got[:2] == want[:2]
+        for g, w in zip(got[2:], want[2:]):
+            assert math.isclose(g, w, rel_tol=1e-12 if kind == "float64" else 2e-5), (kind, g, w)
 
 
-def test_the_debugger_reads_large_tensors_with_the_team_and_the_same_numbers(monkeypatch):
-    """The debugger's routes ask for the team (the C encoder, and the Python route for the layouts it hands
-    over): contiguous tensors, slices read as rows (long and short), permuted tensors, bfloat16 and float64 get
-    the same statistics on 3 threads and on 1."""
-    from msprobe_lite.core._fast_stats import team
-
+@c_route
+def test_the_debugger_reads_large_tensors_in_place(monkeypatch):
+    """Contiguous tensors, slices read as rows (long and short), permuted tensors, bfloat16 and float64: the
+    values' statistics; a contiguous tensor is read in C."""
     g = torch.Generator().manual_seed(5)
     qkv = torch.randn(8, 128, 768, generator=g)
     wide = torch.randn(3, 70_000, generator=g)
     cases = [qkv, qkv.split(256, -1)[1], qkv[:, :, :256].transpose(0, 1), wide[:, 5:60_005],
              qkv.to(torch.bfloat16), qkv.double()[:4]]
     for t in cases:
-        with _sharing(3):
-            fast, _, to_python = _both_routes(monkeypatch)
-            reads = team()[1]
-            shared = fast.encode(t).stats
-            assert team()[1] > reads, (t.shape, t.stride())  # by the team, in C or on the Python route
-            assert to_python == [] or t is not qkv  # the usual case, a contiguous tensor: in C
-        with _sharing(1):
-            alone = _both_routes(monkeypatch)[0].encode(t).stats
-        assert tuple(alone) == tuple(shared), (t.shape, t.stride())
+        fast, _, to_python = _both_routes(monkeypatch)
+        got = fast.encode(t).stats
+        assert to_python == [] or t is not qkv  # the usual case, a contiguous tensor: in C
         want = expected_stats(t)
-        assert tuple(shared[:2]) == tuple(want[:2])
-        for got, w in zip(shared[2:], want[2:]):
-            assert math.isclose(got, w, rel_tol=1e-12 if t.dtype is torch.float64 else 2e-5)
-
-
-def test_other_threads_read_alone():
-    """Each thread would get an OpenMP pool of its own, sized by its own setting: only the thread that claimed
-    the team (the training thread, at each start()) borrows PyTorch's."""
-    import threading
-
-    from msprobe_lite.core._fast_stats import stats, team
-
-    a = np.arange(1 << 18, dtype=np.float32)
-    with _sharing(3):
-        assert team()[0] == 3
-        seen = []
-        thread = threading.Thread(target=lambda: seen.append((team()[0], stats(a, "float32", 0, 0, True))))
-        thread.start()
-        thread.join(60)
-        assert seen == [(1, stats(a, "float32", 0, 0, True))]
-        # a thread that claimed and ended: a thread started after it (glibc may give it the same pthread_t)
-        # has not claimed
-        claimer = threading.Thread(target=lambda: team(True))
-        claimer.start()
-        claimer.join(60)
-        later = threading.Thread(target=lambda: seen.append(team()[0]))
-        later.start()
-        later.join(60)
-        assert seen[1:] == [1] and team()[0] == 1  # and the main thread's claim was taken over
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
-def test_a_forked_child_reads_alone():
-    """An OpenMP pool does not survive a fork (PyTorch's own parallel operators hang in such a child): the
-    kernel's child reads large tensors with its own thread and returns."""
-    script = (
-        "import os, torch, numpy as np\n"
-        "from msprobe_lite.core._fast_stats import stats, team\n"
-        "torch.set_num_threads(3)\n"
-        "team(True)\n"
-        "a = np.arange(1 << 20, dtype=np.float32)\n"
-        "before = stats(a, 'float32', 0, 0, True)\n"
-        "assert team() == (3, 1)\n"
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    os._exit(0 if team()[0] == 1 and stats(a, 'float32', 0, 0, True) == before else 5)\n"
-        "print(os.waitpid(pid, 0)[1])\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and out.stdout.split() == ["0"], out.stderr
-
-
-def test_start_lends_pytorchs_threads_to_the_thread_that_records(tmp_path):
-    """A training loop run on a thread of its own: start() there makes it the thread whose large tensors the
-    team reads (and the thread that called start() before reads alone again)."""
-    import threading
-
-    from msprobe_lite.core._fast_stats import team
-    from msprobe_lite.pytorch import PrecisionDebugger
-
-    d = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
-    with _sharing(3):
-        seen = []
-
-        def loop():
-            d.start()
-            reads = team()[1]
-            torch.exp(torch.ones(1 << 17))  # input and output, 131072 values each: read by the team
-            seen.append((team()[0], team()[1] - reads))
-            d.stop()
-            d.step()
-        thread = threading.Thread(target=loop)
-        thread.start()
-        thread.join(60)
-        assert seen == [(3, 2)] and team()[0] == 1
+        assert tuple(got[:2]) == tuple(want[:2])
+        for g_, w in zip(got[2:], want[2:]):
+            assert math.isclose(g_, w, rel_tol=1e-12 if t.dtype is torch.float64 else 2e-5)
