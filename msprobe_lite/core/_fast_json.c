@@ -1,8 +1,7 @@
 /* The record lines of dump.json, formatted in C: the same bytes as core/writer.py's Python route.
 
-Why C: formatting a step's records is one of the largest costs of a dumped step (about 9 µs a record in
-Python: a few hundred records a step, each a nest of lists, dicts and tensor summaries). Here a record
-costs about a microsecond. Floats go through PyOS_double_to_string, float.__repr__'s own function.
+Why C: formatting a step's records is one of the largest costs of a dumped step in Python (a few hundred
+records a step, each a nest of lists, dicts and tensor summaries; docs/performance.md, "The C routes"). Floats go through PyOS_double_to_string, float.__repr__'s own function.
 
 What is formatted here: exact dicts with str keys, lists, str, float, int, bool and None, and tensor
 summaries whose fields have their usual types (see summary()). Anything else (a non-str key, a subclass, an

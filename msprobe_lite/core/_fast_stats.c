@@ -5,7 +5,7 @@ its own dispatch. For the many small tensors of a training step the calls cost m
 large ones the passes over memory do. Here one loop keeps 16 independent lanes per statistic, which the
 compiler turns into SIMD code without changing the order of operations it was given (no -ffast-math). It
 reads on the calling thread alone: a single pass on one core beats PyTorch's three multi-threaded reductions
-(aminmax, sum, norm) on the machines measured (docs/performance.md), and borrowing another library's thread
+(aminmax, sum, norm) on the machines measured (tools/bench_stats.py), and borrowing another library's thread
 pool would need its private symbols.
 
 Accuracy: float32 and bfloat16 values accumulate in float32 lanes for a block of 4096 values, then each
@@ -305,9 +305,7 @@ static PyObject *stats(PyObject *self, PyObject *args) {
 
 Why: a training step keeps every summary it made alive until its dump is written, and at small sizes it
 makes several hundred a step. As a tuple of four floats the numbers are five objects; as a Stats they are
-one, with no references for the garbage collector to follow. Fewer allocations, and fewer live bytes
-between the step's own work, measured about a fifteenth of the small L1 step's extra time
-(docs/performance.md). Only statistics that are four finite floats take this form; the rest stay tuples. */
+one, with no references for the garbage collector to follow: fewer allocations, fewer live bytes. Only statistics that are four finite floats take this form; the rest stay tuples. */
 static PyTypeObject StatsType;
 
 static PyObject *new_stats(const double values[4]) {

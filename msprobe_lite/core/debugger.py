@@ -27,7 +27,7 @@ def _warn_once_without_c_routes(adapter_routes=()) -> None:
               ("dump.json text (core/_fast_json.c)", writer._record_lines_c),
               ("the stack walk (core/_fast_stack.c)", stacks._walk_c)) + tuple(adapter_routes)
     missing = [name for name, route in routes if route is None]
-    if missing and not _c_routes_warned and not native.PURE_PYTHON:  # PURE_PYTHON: the user's choice, not a loss
+    if missing and not _c_routes_warned and not native.LEFT_OUT:  # left out by MSPROBE_LITE_PURE_PYTHON: a choice
         _c_routes_warned = True
         log.warning("%s of msprobe_lite %s not built when the package was installed (no C compiler?): the "
                     "same records come from the Python routes, several times slower (without the kernel, "

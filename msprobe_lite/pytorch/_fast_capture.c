@@ -2,8 +2,8 @@
 
 Why C: while collecting, PyTorch calls the mode for every torch call, attribute reads of tensors included.
 Most are not APIs of the list and only pass through. For each one that is, the Python method crossed a dozen
-frames of bookkeeping (naming, the record, the step's dicts, the stack): about 3.5 µs a call, more than
-encoding its tensors, and the small training step makes hundreds (AdamW alone 9 per parameter). Here:
+frames of bookkeeping (naming, the record, the step's dicts, the stack), more than encoding its tensors,
+and the small training step makes hundreds (AdamW alone 9 per parameter). Here:
 
 - a call that is not an API of the list, or comes while forward collection is off, goes straight to the
   function;
@@ -81,7 +81,7 @@ typedef struct {
     PyObject *torch_function_from; /* the class's __torch_function__ it was made from */
 } Handler;
 
-static PyObject *S_forward_on, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
+static PyObject *S_forward_on, *S_torch_function, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
     *S_optimizer, *S_input_args, *S_input_kwargs, *S_output, *S_site, *S_what,
     *S_site_begin, *S_site_end, *S_name, *S_bwd_name, *S_backward_name, *S_requires_grad, *S_version,
     *S_backward_hooks, *S_grad_fn, *S_register_hook_dict, *S_n_out, *S_input, *S_step_open, *S_data,
@@ -134,7 +134,7 @@ static int reported(Handler *h, PyObject *site) {
    active (one of the user's, below the debugger's: PyTorch takes the debugger's own off its stack while its
    __torch_function__ runs, so the stack is empty in the usual case), 0 when none is and bare() may encode
    (plain tensors then dispatch to nothing; bare() quiets the Python routes itself), -1 on error. Entering
-   and leaving quiet twice cost about 1.2 µs of a captured call's 13 µs of bookkeeping on the slow VM. */
+   and leaving quiet is a sizeable part of a captured call's bookkeeping. */
 static int modes_on(Handler *h) {
     if (h->bare == NULL || h->mode_count == NULL)
         return 1;
@@ -1287,7 +1287,8 @@ static PyObject *Handler_getattro(Handler *h, PyObject *name) {
                  PyUnicode_CompareWithASCIIString(name, "__torch_function__") == 0;
     if (!wanted)
         return PyObject_GenericGetAttr((PyObject *)h, name);
-    PyObject *in_class = PyObject_GetAttr((PyObject *)Py_TYPE(h), name);
+    PyObject *in_class = PyObject_GetAttr((PyObject *)Py_TYPE(h), S_torch_function); /* interned: the type
+                                                                                     cache finds it */
     if (in_class == NULL)
         return NULL;
     if (h->torch_function != NULL && in_class == h->torch_function_from) {
@@ -1504,6 +1505,7 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_capture",
 
 PyMODINIT_FUNC PyInit__fast_capture(void) {
     INTERN(S_forward_on, "forward_on");
+    INTERN(S_torch_function, "__torch_function__");
     INTERN(S_counters, "counters");
     INTERN(S_construct, "construct");
     INTERN(S_records, "records");

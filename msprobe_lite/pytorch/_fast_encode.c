@@ -2,9 +2,8 @@
 
 Why C: every captured call encodes its arguments and its result, and a step of a small model has a few
 hundred calls with about a thousand tensors among them. In Python (core/values.py walking, core/summary.py
-caching, pytorch/summary.py summarising) a tensor costs 3-5 µs, most of it interpreter work around a kernel
-that takes a fraction of a microsecond on small tensors. Here a new small tensor costs about 1.5 µs
-(its attributes, the kernel, the summary and its cache entry), one seen before 0.1 µs.
+caching, pytorch/summary.py summarising) a tensor is mostly interpreter work around a kernel that takes a
+fraction of a microsecond on small tensors.
 
 What is done here, with the same results as the Python route (tests compare the two):
 - the walk of ValueEncoder._walk for tensors, None, bool/int/float/str, tuples, lists and dicts; any other
@@ -50,8 +49,7 @@ static PyObject *TYPE_NAMES[4]; /* "bool", "int", "float", "str" */
 Why: a step's summaries, their statistics and their cache entries live until the step is written, so the
 young collections that run meanwhile promote them to the oldest generation, and every such object brings a
 full collection nearer (CPython runs one when a quarter as many objects as that generation holds have been
-promoted since the last). A full collection of a process that imported torch takes 100 ms and more; with
-these three objects per summary tracked, one came every 50 small steps. Untracked objects are still freed by
+promoted since the last), and a full collection of a process that imported torch is slow. Untracked objects are still freed by
 reference counting, as usual. Only for objects whose references are atoms (str, int, float, bool, tuples of
 them) or weak references without a callback: such an object cannot be on a cycle, which is all the collector
 looks for. */
@@ -78,6 +76,8 @@ typedef struct {
     PyObject *quiet;        /* torch._C.DisableTorchFunction, for bare(); None without it */
     int lazy;               /* in bare(): torch-function dispatch is turned off around Python code only */
     PyObject *reads[N_READS]; /* the descriptors of READ_NAMES that every type of tensor_types shares, or NULL */
+    PyObject *storage_type;   /* the class of the last untyped storage read, and its data_ptr, nbytes */
+    PyObject *storage_reads[2];
     PyObject *tainted;      /* list of (start, end): Summarizer._tainted, storages written past the version */
 } Encoder;
 
@@ -188,6 +188,26 @@ static void find_reads(PyObject *tensor_types, PyObject **reads) {
 
 static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *version);
 
+/* storage.data_ptr() (which 0) or storage.nbytes() (1) of a tensor's untyped storage: through the method
+   descriptors of its class, found once per class as find_reads finds the tensor's. */
+static PyObject *storage_read(Encoder *e, PyObject *storage, int which) {
+    PyObject *names[2] = {READ_STRS[R_DATA_PTR], S_nbytes};
+    if ((PyObject *)Py_TYPE(storage) != e->storage_type) {
+        for (int i = 0; i < 2; i++) {
+            PyObject *descr = class_attribute(Py_TYPE(storage), names[i]);
+            if (descr == NULL && PyErr_Occurred())
+                return NULL;
+            if (descr != NULL && !Py_IS_TYPE(descr, &PyMethodDescr_Type))
+                Py_CLEAR(descr);
+            Py_XSETREF(e->storage_reads[i], descr);
+        }
+        Py_INCREF(Py_TYPE(storage));
+        Py_XSETREF(e->storage_type, (PyObject *)Py_TYPE(storage));
+    }
+    PyObject *descr = e->storage_reads[which];
+    return descr ? PyObject_Vectorcall(descr, &storage, 1, NULL) : PyObject_CallMethodNoArgs(storage, names[which]);
+}
+
 /* Py_None: the tensor is for the Python route, which summarises an odd tensor or reports why it cannot (an
    attribute that raised an Exception here is forgotten); NULL for KeyboardInterrupt and the like. */
 static PyObject *for_python(void) {
@@ -264,7 +284,7 @@ static int rows_of(PyObject *shape, PyObject *strides, Py_ssize_t *rows, Py_ssiz
 
 /* Kinds read here besides the kernel's floats (0 float32, 1 float64, 2 bfloat16): token ids, positions and
    targets (int64) and masks (bool), a few in every step of a transformer. The Python route reads them
-   through numpy, whose rarely run code costs 20 to 50 µs a tensor in the middle of a training step. */
+   through numpy, whose rarely run code is slow in the middle of a training step. */
 #define KIND_INT64 3
 #define KIND_BOOL 4
 #define EXACT_BELOW 4503599627370496.0 /* 2^52: sums kept below it are exact in float64 (2^53), with room */
@@ -367,7 +387,7 @@ static PyObject *stats_tuple(const double *out) {
    That route sums in float32 (float64 for float64 values), so its Mean is that only while the finite
    values cannot overflow a sum in any order: their largest magnitude times their number stays below a
    quarter of the type's largest value. Only up to INFINITE_IN_C values: above, that route's vectorised
-   reductions are faster than this loop (4 against 12 µs at 4,096 values, 45 against 29 µs at 65,536).
+   reductions are faster than this loop.
    NULL (no exception set) when the Python route decides: NaN, a float32 sum that overflowed without any
    infinity, a zero Max or Min (its sign), more values. */
 #define INFINITE_IN_C (1 << 14)
@@ -505,8 +525,8 @@ static PyObject *summary_of(Encoder *e, PyObject *t, PyObject *kind, PyObject *v
        the tensor's old storage otherwise. The values read must lie inside it (the shape was read before). */
     PyObject *storage = fits ? read_of(e, t, R_STORAGE) : NULL;
     PyObject *offset = storage ? read_of(e, t, R_STORAGE_OFFSET) : NULL;
-    PyObject *base = offset ? PyObject_CallMethodNoArgs(storage, READ_STRS[R_DATA_PTR]) : NULL;
-    PyObject *size = base ? PyObject_CallMethodNoArgs(storage, S_nbytes) : NULL;
+    PyObject *base = offset ? storage_read(e, storage, 0) : NULL;
+    PyObject *size = base ? storage_read(e, storage, 1) : NULL;
     const char *data = NULL;
     if (size != NULL) {
         Py_ssize_t first = PyLong_AsSsize_t(offset), bytes = PyLong_AsSsize_t(size), item = ITEM_SIZES[code];
@@ -991,6 +1011,9 @@ static int Encoder_traverse(Encoder *e, visitproc visit, void *arg) {
     Py_VISIT(e->tainted);
     for (int i = 0; i < N_READS; i++)
         Py_VISIT(e->reads[i]);
+    Py_VISIT(e->storage_type);
+    Py_VISIT(e->storage_reads[0]);
+    Py_VISIT(e->storage_reads[1]);
     return 0;
 }
 
@@ -1009,6 +1032,9 @@ static int Encoder_clear(Encoder *e) {
     Py_CLEAR(e->tainted);
     for (int i = 0; i < N_READS; i++)
         Py_CLEAR(e->reads[i]);
+    Py_CLEAR(e->storage_type);
+    Py_CLEAR(e->storage_reads[0]);
+    Py_CLEAR(e->storage_reads[1]);
     slots_clear(&e->summary_slots);
     slots_clear(&e->record_slots);
     return 0;
