@@ -781,16 +781,17 @@ def test_the_c_handler_takes_the_gradient_half_too(tmp_path):
 
 
 @c_route
-def test_the_modes_torch_function_is_looked_up_again_when_its_class_changes(tmp_path, monkeypatch):
-    """The C handler hands PyTorch a bound __torch_function__ made once (Handler_getattro); a change of the class
-    (here a wrapper set on it) must be seen on the next call."""
+def test_the_modes_torch_function_is_looked_up_again_at_each_start(tmp_path, monkeypatch):
+    """The C handler hands PyTorch a bound __torch_function__ made once per start() (Handler_getattro); a change
+    of the class (here a wrapper set on it) is seen from the next start(), and stop() lets go of the method."""
+    import gc
+
     from msprobe_lite.pytorch import api_capture
     assert api_capture.FastHandler is not None  # the test set-up builds it (pip install -e .)
     d = PrecisionDebugger(dump_path=str(tmp_path), level="L1", task="statistics")
     d.start()
     kind = type(d.apis)
     torch.sin(torch.ones(2))  # the bound method is made and kept
-    import gc
     assert any(getattr(r, "__self__", None) is d.apis for r in gc.get_referents(d.apis))
     seen = []
     original = kind.__torch_function__
@@ -800,18 +801,23 @@ def test_the_modes_torch_function_is_looked_up_again_when_its_class_changes(tmp_
         return original(self, func, types, args, kwargs)
 
     monkeypatch.setattr(kind, "__torch_function__", spy)
-    assert kind.__torch_function__ is spy  # the class now has another __torch_function__
-    torch.cos(torch.ones(2))
+    torch.cos(torch.ones(2))  # still the kept method
+    d.stop()
+    # the kept method refers to the mode: stop() lets go of it
+    assert not any(getattr(r, "__self__", None) is d.apis for r in gc.get_referents(d.apis))
+    d.step()
+    d.start()
+    torch.tan(torch.ones(2))  # the class's __torch_function__ now
     monkeypatch.undo()
-    assert kind.__torch_function__ is original
-    torch.tan(torch.ones(2))
     d.stop()
     d.step()
-    assert torch.cos in seen and torch.tan not in seen
-    assert list(data(tmp_path)) == ["Torch.sin.0.forward", "Torch.cos.0.forward", "Torch.tan.0.forward"]
-    # the kept method refers to the mode: stop() lets go of it
-    import gc
-    assert not any(getattr(r, "__self__", None) is d.apis for r in gc.get_referents(d.apis))
+    d.start()
+    torch.exp(torch.ones(2))
+    d.stop()
+    d.step()
+    assert torch.tan in seen and torch.cos not in seen and torch.exp not in seen
+    assert [list(data(tmp_path, step)) for step in range(3)] == [
+        ["Torch.sin.0.forward", "Torch.cos.0.forward"], ["Torch.tan.0.forward"], ["Torch.exp.0.forward"]]
 
 
 def test_nothing_recorded_outside_start_stop(tmp_path):

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# The whole test suite (what CI runs): the main lane (Python 3.11, PyTorch, MindSpore 2.10), then the
-# MSAdapter lane (Python 3.9, MindSpore 2.0 + MSAdapter; tools/test_msadapter.sh). Arguments go to the
-# main lane's pytest.
+# The whole test suite (what CI runs): the main lane (Python 3.11, PyTorch, MindSpore 2.10) twice, with the C
+# routes and with MSPROBE_LITE_PURE_PYTHON=1 (every record from the Python routes: what a machine without a
+# C compiler runs), then the MSAdapter lane (Python 3.9, MindSpore 2.0 + MSAdapter; tools/test_msadapter.sh).
+# Arguments go to both runs of the main lane.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
-"${MSPROBE_LITE_VENV:-.venv}/bin/python" -m pytest -q "$@"
+python="${MSPROBE_LITE_VENV:-.venv}/bin/python"
+echo "== main lane, C routes" >&2
+"$python" -m pytest -q "$@"
+echo "== main lane, Python routes (MSPROBE_LITE_PURE_PYTHON=1)" >&2
+MSPROBE_LITE_PURE_PYTHON=1 "$python" -m pytest -q "$@"
+echo "== MSAdapter lane" >&2
 bash tools/test_msadapter.sh

@@ -77,11 +77,10 @@ typedef struct {
     char in_optimizer;     /* set by the optimizer's step hooks (mix level) */
     char has_modules;      /* mix level: a call's parent is the innermost module, or "optimizer" */
     char inputs, outputs, numbers;
-    PyObject *torch_function;      /* this mode's bound __torch_function__, for Handler_getattro */
-    PyObject *torch_function_from; /* the class's __torch_function__ it was made from */
+    PyObject *torch_function; /* this mode's bound __torch_function__, for Handler_getattro */
 } Handler;
 
-static PyObject *S_forward_on, *S_torch_function, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
+static PyObject *S_forward_on, *S_counters, *S_construct, *S_records, *S_dirty, *S_fields, *S_setitem,
     *S_optimizer, *S_input_args, *S_input_kwargs, *S_output, *S_site, *S_what,
     *S_site_begin, *S_site_end, *S_name, *S_bwd_name, *S_backward_name, *S_requires_grad, *S_version,
     *S_backward_hooks, *S_grad_fn, *S_register_hook_dict, *S_n_out, *S_input, *S_step_open, *S_data,
@@ -1277,22 +1276,16 @@ static PyObject *torch_function_call(Handler *h, PyObject *value) {
 
 /* tp_getattro, inherited by the Python subclass: PyTorch looks up a mode's `__torch_function__` by name twice for
    every call it hands to the mode, the ones that only pass through included; by default each binds a new
-   method object. Here the bound method made by a lookup is handed out again while the class still has the
-   same `__torch_function__` (one lookup in the class, which CPython caches; a wrapper set on the class is
-   seen at the next call). The instance's dict is the debugger's. PyTorch refuses a mode whose
-   `__torch_function__` is not a method of its class. The bound method holds the handler: `release()` (when
-   the mode is popped) lets go of it. Every other name: the usual lookup. */
+   method object. Here the bound method made by the first lookup is handed out again until `release()` (when
+   the mode is popped, at each stop()): the class is the debugger's own, and a change made to it while the
+   mode is active is seen from the next start(). The instance's dict is the debugger's. PyTorch refuses a mode
+   whose `__torch_function__` is not a method of its class. Every other name: the usual lookup. */
 static PyObject *Handler_getattro(Handler *h, PyObject *name) {
     int wanted = PyUnicode_Check(name) && PyUnicode_GET_LENGTH(name) == 18 &&
                  PyUnicode_CompareWithASCIIString(name, "__torch_function__") == 0;
     if (!wanted)
         return PyObject_GenericGetAttr((PyObject *)h, name);
-    PyObject *in_class = PyObject_GetAttr((PyObject *)Py_TYPE(h), S_torch_function); /* interned: the type
-                                                                                     cache finds it */
-    if (in_class == NULL)
-        return NULL;
-    if (h->torch_function != NULL && in_class == h->torch_function_from) {
-        Py_DECREF(in_class);
+    if (h->torch_function != NULL) {
         Py_INCREF(h->torch_function);
         return h->torch_function;
     }
@@ -1301,10 +1294,7 @@ static PyObject *Handler_getattro(Handler *h, PyObject *name) {
         value = torch_function_call(h, value);
     if (value != NULL) {
         Py_INCREF(value);
-        Py_XSETREF(h->torch_function, value);
-        Py_XSETREF(h->torch_function_from, in_class);
-    } else {
-        Py_DECREF(in_class);
+        h->torch_function = value;
     }
     return value;
 }
@@ -1424,7 +1414,6 @@ static int Handler_traverse(Handler *h, visitproc visit, void *arg) {
     Py_VISIT(h->bare);
     Py_VISIT(h->mode_count);
     Py_VISIT(h->torch_function);
-    Py_VISIT(h->torch_function_from);
     return 0;
 }
 
@@ -1436,7 +1425,6 @@ static int Handler_clear(Handler *h) {
     Py_CLEAR(h->bare);
     Py_CLEAR(h->mode_count);
     Py_CLEAR(h->torch_function);
-    Py_CLEAR(h->torch_function_from);
     slots_clear(&h->record_slots);
     slots_clear(&h->call_slots);
     slots_clear(&h->backward_slots);
@@ -1455,7 +1443,6 @@ static void Handler_dealloc(Handler *h) {
 /* release(): lets go of the bound __torch_function__ kept by Handler_getattro (it refers to the handler). */
 static PyObject *Handler_release(Handler *h, PyObject *unused) {
     Py_CLEAR(h->torch_function);
-    Py_CLEAR(h->torch_function_from);
     Py_RETURN_NONE;
 }
 
@@ -1505,7 +1492,6 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_capture",
 
 PyMODINIT_FUNC PyInit__fast_capture(void) {
     INTERN(S_forward_on, "forward_on");
-    INTERN(S_torch_function, "__torch_function__");
     INTERN(S_counters, "counters");
     INTERN(S_construct, "construct");
     INTERN(S_records, "records");
