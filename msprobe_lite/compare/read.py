@@ -1,7 +1,8 @@
 """Reading dumps: resolve what the user pointed at, load dump.json/stack.json/construct.json, fail clearly.
 
 Accepts a dump.json file, a rank folder (`rank`, `rank{R}`, the reference's `proc<pid>`), a step folder (all its
-ranks) or a dump root (all its steps). The only parser of the dump format in msprobe_lite.
+ranks) or a dump root (all its steps). The only parser of the dump format in msprobe_lite. Also MindSpore's own
+Dump (the `path` of its config, or a rank_{id} folder): each iteration is read as a step by `native_read`.
 """
 from __future__ import annotations
 
@@ -129,7 +130,39 @@ def _load_parents(path: str) -> dict:
     return raw
 
 
+class NativeRef(str):
+    """Where `resolve` found one iteration of a MindSpore native Dump (seed 002): the text is its first folder,
+    `dirs` all its folders (one per graph), read by `native_read` in place of a dump.json."""
+
+    dirs: list = []
+    step = rank = None
+
+
+def _native(path: str) -> list:
+    from . import native_read
+    out = []
+    for it, rank, dirs in native_read.iterations(path):
+        ref = NativeRef(dirs[0])
+        ref.dirs, ref.step, ref.rank = dirs, it, rank
+        out.append((it, rank, ref))
+    if not out:
+        raise DumpError(f"{path}: a MindSpore Dump folder with no iteration folder holding tensor files")
+    return out
+
+
+def _load_native(ref: NativeRef, step, rank) -> Dump:
+    from . import native_read
+    try:
+        data, parents, stacks = native_read.records(ref.dirs)
+    except (OSError, ValueError) as exc:
+        raise DumpError(f"{ref}: cannot be read as a MindSpore Dump: {exc}") from None
+    return Dump(path=str(ref), step=step, rank=rank, task="statistics", level="mix", framework="mindspore",
+                data_dir=None, records=data, stacks=stacks, parents=parents)
+
+
 def load_dump(dump_json: str, step: int | None = None, rank: int | None = None) -> Dump:
+    if isinstance(dump_json, NativeRef):
+        return _load_native(dump_json, step, rank)
     content = _load_json(dump_json, "dump.json")
     if not isinstance(content, dict) or not isinstance(content.get("data"), dict):
         raise DumpError(f"{dump_json}: not a dump.json: expected an object with a \"data\" object "
@@ -237,6 +270,11 @@ def _resolve(path: str) -> list:
     if os.path.isfile(path):
         folder = os.path.dirname(os.path.abspath(path))
         return [(_step_number(os.path.dirname(folder)), _rank_number(os.path.basename(folder)), path)]
+    if isinstance(path, NativeRef):
+        return [(path.step, path.rank, path)]
+    from .native_read import is_native
+    if is_native(path):   # MindSpore's own Dump: its `path`, or a rank_{id} folder of it
+        return _native(path)
     base = os.path.basename(os.path.normpath(path))
     here = _data_file(path)
     if here:
