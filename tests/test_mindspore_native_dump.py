@@ -77,12 +77,12 @@ def make(kind):
 
 SCRIPT = NETS + '''
 import json, sys
-kind, how, dump, debug = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+kind, how, dump, debug, task = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5]
 if how == "graph":
     ms.set_context(mode=ms.GRAPH_MODE)
 if debug:
     from msprobe_lite.mindspore import PrecisionDebugger
-    dbg = PrecisionDebugger(dump_path=dump, task="statistics", level="mix",
+    dbg = PrecisionDebugger(dump_path=dump, task=task, level="mix",
                             native_dump=True if how == "jit" else None)
 net, x, y = make(kind)
 net.set_train(True)
@@ -126,13 +126,13 @@ print("LOSSES", json.dumps(losses))
 '''
 
 
-def run(tmp_path, kind, how, debug=True, name="dump"):
+def run(tmp_path, kind, how, debug=True, name="dump", task="statistics"):
     script = tmp_path / "net_script.py"
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != "MINDSPORE_DUMP_CONFIG"}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     dump = str(tmp_path / name)
-    done = subprocess.run([sys.executable, str(script), kind, how, dump, "1" if debug else "0"],
+    done = subprocess.run([sys.executable, str(script), kind, how, dump, "1" if debug else "0", task],
                           capture_output=True, text=True, timeout=600, cwd=str(tmp_path), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     losses = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("LOSSES"))[7:])
@@ -365,3 +365,48 @@ def test_compare_graph_dump_against_pytorch_at_module_level(tmp_path):
         scope = []
     # MindSpore 2.10 CPU dumps exactly d2's kernels and the ReLU with these (tried by hand)
     assert kernels_of(Sel) == ["name-regex(.*d2-Dense/.*)", "relu"]
+
+
+def test_statistic_csv_is_read_where_there_are_no_tensor_files(tmp_path):
+    """GPU and Ascend write statistic.csv (the CPU refuses "statistic"): a copy of a CPU Dump whose tensor files
+    are replaced by a statistic.csv in the seed's columns reads as the same records."""
+    import csv
+    import shutil
+
+    dump, _, _, _ = run(tmp_path, "dense", "graph")
+    native, copy = os.path.join(dump, "native"), str(tmp_path / "csv_dump")
+    shutil.copytree(native, copy)
+    for it_dir in [d for _, _, dirs in native_read.iterations(copy) for d in dirs]:
+        rows = []
+        for fn in sorted(os.listdir(it_dir)):
+            parsed = native_read.parse_name(fn)
+            a = np.load(os.path.join(it_dir, fn))
+            os.remove(os.path.join(it_dir, fn))
+            if parsed[0] == "Parameter" or a.dtype.kind not in "fc":
+                continue
+            st = stats(a)
+            rows.append([parsed[0], parsed[1], 0, 0, parsed[2], parsed[3], parsed[4], a.nbytes, "float32",
+                         "(" + ",".join(map(str, a.shape)) + ")", st[0], st[1], st[2], st[3]])
+        with open(os.path.join(it_dir, "statistic.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["Op Type", "Op Name", "Task ID", "Stream ID", "Timestamp", "IO", "Slot", "Data Size",
+                        "Data Type", "Shape", "Max Value", "Min Value", "Avg Value", "L2Norm Value"])
+            w.writerows(rows)
+    from_csv = native_read.records(native_read.iterations(copy)[0][2])[0]
+    from_npy = native_read.records(native_read.iterations(native)[0][2])[0]
+    assert list(from_csv) == list(from_npy)
+    for key in ("Max", "Min", "Mean", "Norm"):
+        assert math.isclose(from_csv["Cell.d2.Dense.forward.0"]["output"][0][key],
+                            from_npy["Cell.d2.Dense.forward.0"]["output"][0][key], rel_tol=1e-6)
+    summary = compare(copy, native, str(tmp_path / "cmp"), html=False, quiet=True)
+    assert all(p["first_divergence"] is None and p["counts"]["error"] == 0 for p in summary.pairs)
+
+
+def test_task_tensor_keeps_each_tensor_as_npy(tmp_path):
+    dump, v, _, _ = run(tmp_path, "dense", "graph", task="tensor")
+    content = json.load(open(os.path.join(dump, "step1", "rank", "dump.json")))
+    assert content["task"] == "tensor" and content["dump_data_dir"].endswith("dump_tensor_data")
+    entry = content["data"]["Cell.d.Dense.forward.0"]["output"][0]
+    saved = np.load(os.path.join(dump, "step1", "rank", "dump_tensor_data", entry["data_name"]), allow_pickle=False)
+    np.testing.assert_allclose(saved, dense(v["x"].astype(np.float64), v, "d"), rtol=1e-5, atol=1e-6)
+    assert json.load(open(os.path.join(dump, "native_dump.json")))["common_dump_settings"]["saved_data"] == "tensor"

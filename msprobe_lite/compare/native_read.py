@@ -208,6 +208,10 @@ def _dtype_name(array) -> str:
     return _DTYPES.get(array.dtype.name, array.dtype.name)
 
 
+def _json(value) -> dict:
+    return value if isinstance(value, dict) else tensor_json(value)
+
+
 def tensor_json(array) -> dict:
     stats = numpy_stats(np.asarray(array))
     out = {"type": TENSOR_TYPE, "dtype": _dtype_name(array), "shape": list(array.shape)}
@@ -218,12 +222,59 @@ def tensor_json(array) -> dict:
 def _load(path: str, signature, side: int, slot: int):
     """A tensor file, in the shape the graph gives it: a kernel that only reshapes (Reshape on the CPU) is
     written with the shape of the buffer it shares with its input."""
+    if isinstance(path, dict):   # a row of statistic.csv: the statistics MindSpore computed
+        return path
     array = np.load(path, allow_pickle=False)
     shapes = signature[side] if signature else []
     want = shapes[slot] if slot < len(shapes) else None
     if want is not None and tuple(array.shape) != want and int(np.prod(want)) == array.size:
         array = array.reshape(want)
     return array
+
+
+def _column(header: list, *words) -> int | None:
+    for i, h in enumerate(header):
+        if any(w in h.lower().replace(" ", "") for w in words):
+            return i
+    return None
+
+
+def _number(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def statistic_rows(path: str) -> list:
+    """statistic.csv (saved_data "statistic" or "full", GPU and Ascend; seed 002: Op Type, Op Name, Task ID,
+    Stream ID, Timestamp, IO, Slot, Data Size, Data Type, Shape, then the statistic_category columns) as
+    [(timestamp, (op_type, op_name, timestamp, io, slot), tensor object)]."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return []
+    header = rows[0]
+    col = {k: _column(header, *w) for k, w in (("type", ("optype",)), ("name", ("opname",)), ("ts", ("timestamp",)),
+                                                ("io", ("io",)), ("slot", ("slot",)), ("dtype", ("datatype",)),
+                                                ("shape", ("shape",)), ("max", ("max",)), ("min", ("min",)),
+                                                ("avg", ("avg", "mean")), ("norm", ("l2norm", "norm")))}
+    out = []
+    for row in rows[1:]:
+        get = lambda k: row[col[k]] if col[k] is not None and col[k] < len(row) else None  # noqa: E731
+        try:
+            ts, slot = int(get("ts")), int(get("slot"))
+        except (TypeError, ValueError):
+            continue
+        io = "input" if (get("io") or "").lower().startswith("in") else "output"
+        name = (get("name") or "").replace("/", "_")
+        shape = [int(v) for v in re.findall(r"\d+", get("shape") or "")]
+        dtype = get("dtype") or ""
+        obj = {"type": TENSOR_TYPE, "dtype": _DTYPES.get(dtype.lower(), dtype), "shape": shape,
+               "Max": _number(get("max")), "Min": _number(get("min")), "Mean": _number(get("avg")),
+               "Norm": _number(get("norm"))}
+        out.append((ts, (get("type") or "", name, ts, io, slot), obj))
+    return out
 
 
 def kernel_runs(iter_dirs: list, only=None) -> list:
@@ -242,10 +293,15 @@ def kernel_runs(iter_dirs: list, only=None) -> list:
             sources.setdefault(k, v)
         for k, v in sig.items():
             signatures.setdefault(k, v)
+        found = []
         for fn in os.listdir(d):
             parsed = parse_name(fn)
             if parsed and parsed[0] != "Parameter" and (only is None or os.path.join(d, fn) in only):
-                files.append((parsed[2], parsed, os.path.join(d, fn)))
+                found.append((parsed[2], parsed, os.path.join(d, fn)))
+        csv_file = os.path.join(d, "statistic.csv")
+        if not found and os.path.isfile(csv_file) and (only is None or csv_file in only):
+            found = statistic_rows(csv_file)
+        files += found
     files.sort(key=lambda f: f[0])
     runs: list = []
     for ts, (op_type, op_name, _ts, io, slot), path in files:
@@ -258,9 +314,11 @@ def kernel_runs(iter_dirs: list, only=None) -> list:
     return [(ts, full, sources.get(full, []), slots, signatures.get(full)) for ts, _name, full, slots in runs]
 
 
-def records(iter_dirs: list, root_cells=None, only=None) -> tuple:
-    """(records, parents, stacks) of one step from its iteration folders. `root_cells(names)` maps the cell
-    names of a scope to (path, class) pairs when the debugger knows the network (None: the scope's own)."""
+def records(iter_dirs: list, root_cells=None, only=None, save=None) -> tuple:
+    """(records, parents, stacks) of one step from its iteration folders. `root_cells(names, classes)` maps
+    the cell names of a scope to (path, class) pairs when the debugger knows the network (None: the scope's
+    own); `only`: the files to read (None: all); `save(file name, array)` (task tensor) keeps each tensor and
+    returns its data_name."""
     data, parents, stacks = {}, {}, {}
     counters: dict = {}
     calls: dict = {}           # cell path -> (its current call's record name, the kernels it ran)
@@ -275,8 +333,13 @@ def records(iter_dirs: list, root_cells=None, only=None) -> tuple:
         base = f"Kernel.{path + '.' if path else ''}{op}"
         n = counters[(base, direction)] = counters.get((base, direction), -1) + 1
         name = f"{base}.{n}.{direction}"
-        ins = [tensor_json(_load(slots["input"][s], signature, 0, s)) for s in sorted(slots["input"])]
-        outs = [tensor_json(_load(slots["output"][s], signature, 1, s)) for s in sorted(slots["output"])]
+        in_values = [_load(slots["input"][s], signature, 0, s) for s in sorted(slots["input"])]
+        out_values = [_load(slots["output"][s], signature, 1, s) for s in sorted(slots["output"])]
+        ins, outs = [_json(v) for v in in_values], [_json(v) for v in out_values]
+        for category, values, objs in (("input", in_values, ins), ("output", out_values, outs)) if save else ():
+            for i, (value, obj) in enumerate(zip(values, objs)):
+                if not isinstance(value, dict):
+                    obj["data_name"] = save(f"{name}.{category}.{i}.npy", value)
         if direction == "forward":
             data[name] = {"input_args": ins, "input_kwargs": {}, "output": outs}
         else:

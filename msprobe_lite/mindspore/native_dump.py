@@ -16,6 +16,7 @@ import json
 import os
 
 import mindspore as ms
+import numpy as np
 
 from ..compare import native_read
 from ..core import writer
@@ -137,14 +138,20 @@ class NativeDump:
                 self.said_nothing = True
                 log.warning(NOTHING_WRITTEN, step)
             return 0
-        data, parents, stacks = native_read.records(dirs, self._cells, only=new)
+        folder = writer.step_rank_dir(self.config.dump_path, step, rank)
+        tensors = os.path.join(folder, "dump_tensor_data") if self.config.task == "tensor" else None
+
+        def save(file_name, array):
+            os.makedirs(tensors, exist_ok=True)
+            np.save(os.path.join(tensors, file_name), array, allow_pickle=False)
+            return file_name
+        data, parents, stacks = native_read.records(dirs, self._cells, only=new, save=save if tensors else None)
         keep = {"L0": ("Cell.",), "L1": ("Kernel.",)}.get(level, ("Cell.", "Kernel."))
         data = {k: v for k, v in data.items() if k.startswith(keep)}
         parents = {k: (v if v in data else None) for k, v in parents.items() if k in data}
         stacks = {k: v for k, v in stacks.items() if k in data}
         if not data:
             return 0
-        folder = writer.step_rank_dir(self.config.dump_path, step, rank)
         os.makedirs(folder, exist_ok=True)
         dump_file = os.path.join(folder, "dump.json")
         content = native_read.dump_content({}, self.config.task, level)
@@ -152,6 +159,8 @@ class NativeDump:
             with open(dump_file) as f:
                 content = json.load(f)
         content["data"].update(data)
+        if tensors and os.path.isdir(tensors):
+            content["dump_data_dir"] = tensors
         _write(dump_file, content)
         for name, extra in (("construct.json", parents), ("stack.json", _stack_groups(stacks))):
             path = os.path.join(folder, name)
