@@ -64,13 +64,23 @@ class Attention(nn.Cell):
         return self.out(ops.matmul(ops.softmax(s, -1), self.v(x)))
 
 
+class Seq(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.SequentialCell([nn.Dense(4, 8), nn.ReLU(), nn.Dense(8, 2)])
+        self.ln = nn.LayerNorm((2,))
+
+    def construct(self, x):
+        return self.ln(self.body(x))
+
+
 def make(kind):
     ms.set_seed(0)
-    net = {"dense": DenseNorm, "conv": ConvBN, "attn": Attention}[kind]()
+    net = {"dense": DenseNorm, "conv": ConvBN, "attn": Attention, "seq": Seq}[kind]()
     rs = np.random.RandomState(1)
-    x = {"dense": (3, 4), "conv": (2, 2, 5, 5), "attn": (2, 3, 8)}[kind]
+    x = {"dense": (3, 4), "conv": (2, 2, 5, 5), "attn": (2, 3, 8), "seq": (3, 4)}[kind]
     x = ms.Tensor(rs.randn(*x).astype(np.float32))
-    y = {"dense": (3, 2), "conv": (2, 3), "attn": (2, 3, 8)}[kind]
+    y = {"dense": (3, 2), "conv": (2, 3), "attn": (2, 3, 8), "seq": (3, 2)}[kind]
     y = ms.Tensor(rs.randn(*y).astype(np.float32))
     return net, x, y
 '''
@@ -78,7 +88,7 @@ def make(kind):
 SCRIPT = NETS + '''
 import json, sys
 kind, how, dump, debug, task = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5]
-if how == "graph":
+if how in ("graph", "train_cell"):
     ms.set_context(mode=ms.GRAPH_MODE)
 if debug:
     from msprobe_lite.mindspore import PrecisionDebugger
@@ -94,6 +104,15 @@ if how == "graph":
         if debug:
             dbg.start(net)
         losses.append(net(x).asnumpy().tolist())
+        if debug:
+            dbg.stop()
+            dbg.step()
+elif how == "train_cell":
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1))
+    for i in range(2):
+        if debug:
+            dbg.start(net)
+        losses.append(float(step(x, y).asnumpy()))
         if debug:
             dbg.stop()
             dbg.step()
@@ -410,3 +429,20 @@ def test_task_tensor_keeps_each_tensor_as_npy(tmp_path):
     saved = np.load(os.path.join(dump, "step1", "rank", "dump_tensor_data", entry["data_name"]), allow_pickle=False)
     np.testing.assert_allclose(saved, dense(v["x"].astype(np.float64), v, "d"), rtol=1e-5, atol=1e-6)
     assert json.load(open(os.path.join(dump, "native_dump.json")))["common_dump_settings"]["saved_data"] == "tensor"
+
+
+def test_graph_mode_train_one_step_cell_scopes_name_the_network_cells(tmp_path):
+    """GRAPH_MODE training through TrainOneStepCell(WithLossCell(net)): scopes run
+    `Default/network-WithLossCell/_backbone-Net/body-SequentialCell/0-Dense/...`; the wrappers are left out, so
+    the names are those of a PyNative dump of `net`, and the backward kernels (`Gradients/`) keep their cell."""
+    dump, v, losses, _ = run(tmp_path, "seq", "train_cell")
+    assert losses == run(tmp_path, "seq", "train_cell", debug=False, name="plain")[2]
+    d = dump_data(dump, 0)
+    x = v["x"].astype(np.float64)
+    h = dense(x, v, "body.0")
+    out = dense(np.maximum(h, 0), v, "body.2")
+    check(d["Cell.body.0.Dense.forward.0"]["output"][0], h)
+    check(d["Cell.body.2.Dense.forward.0"]["output"][0], out)
+    check(d["Cell.ln.LayerNorm.forward.0"]["output"][0], layer_norm(out, v["ln.gamma"], v["ln.beta"]), rel=1e-4)
+    assert dump_data(dump, 0, "construct.json")["Cell.body.0.Dense.forward.0"] == "Cell.body.SequentialCell.forward.0"
+    assert "Kernel.ln.LayerNormGrad.0.backward" in d and "Kernel.SGD.0.forward" in d
