@@ -19,6 +19,7 @@ import weakref
 import torch
 
 from ..core.safety import guarded, log
+from . import compiled_capture
 
 COMPILED = "compiled"
 SCRIPTED = "scripted"
@@ -26,12 +27,15 @@ SCRIPTED = "scripted"
 # One line each, at most 160 characters: the names of a message are cut to NAMES_WIDTH characters (names())
 COMPILED_MESSAGE = ("%s is compiled by torch.compile: its inside is not recorded, only parameter gradients; "
                     "training is unchanged")
+# at L1 and mix, where compiled_capture.py records the API calls of the graphs
+CAPTURED_MESSAGE = ("%s is compiled by torch.compile: its graphs' API calls recorded (forward), not its modules;"
+                    " training unchanged")
 FALLBACK_MESSAGE = ("a function compiled by torch.compile ran eagerly (level %s: dynamo cannot trace the API "
                     "capture): its numbers may differ. Compile its module or dump at L0")
 SCRIPTED_MESSAGE = ("%s runs as TorchScript (no Python hooks): it and the calls inside it are not recorded, the "
                     "calls around it are")
-LATE_MESSAGE = ("%s ran eagerly this step (the API capture was on): it runs compiled from the next step, its "
-                "inside not recorded")
+LATE_MESSAGE = ("%s ran eagerly this step (the API capture was on): compiled from the next step, with its graphs' "
+                "API calls")
 NAMES_WIDTH = 50
 
 
@@ -248,7 +252,8 @@ class CompiledRegions:
         if self.capture is not None:  # wrappers outside the models: only the capture's switch is theirs
             for wrapper in list(self._loose):
                 self._found(found, COMPILED, f"the model {type(original(wrapper)).__name__}", wrapper)
-        for what, message in ((COMPILED, COMPILED_MESSAGE), (SCRIPTED, SCRIPTED_MESSAGE)):
+        compiled_message = COMPILED_MESSAGE if self.capture is None else CAPTURED_MESSAGE
+        for what, message in ((COMPILED, compiled_message), (SCRIPTED, SCRIPTED_MESSAGE)):
             if found[what]:
                 log.warning(message, names(found[what]))
 
@@ -280,6 +285,8 @@ class CompiledRegions:
     def began(self) -> None:
         if self.capture is not None:
             keep_dynamo_out(type(self.capture))
+            if compiled_capture.install(self.capture):  # L1/mix: the API calls inside compiled graphs
+                compiled_capture.activate(self.capture)
         if self.capture is not None and not self._said_fallback:
             self._breaks = self._breaks_at_capture()
 
@@ -287,6 +294,8 @@ class CompiledRegions:
     def ended(self, level) -> None:
         """Compiled code fell back to eager because of the capture: a wrapper made since the last look (switched
         at the next start(), said now), else said once (then numbers may differ)."""
+        if self.capture is not None:
+            compiled_capture.deactivate(self.capture)
         if self.capture is None or self._said_fallback or self._breaks_at_capture() <= self._breaks:
             return
         self._shape = None  # the next start() looks again
@@ -300,6 +309,9 @@ class CompiledRegions:
         log.warning(FALLBACK_MESSAGE, level)
 
     def remove(self) -> None:
+        if self.capture is not None:
+            compiled_capture.deactivate(self.capture)
+            compiled_capture.uninstall()
         for handles in list(self._hooked.values()):
             for handle in handles:
                 handle.remove()

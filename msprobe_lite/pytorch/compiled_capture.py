@@ -1,0 +1,418 @@
+"""API records from inside torch.compile'd code, their statistics computed by the compiled program (issue 31).
+
+The API capture is a TorchFunctionMode, which dynamo cannot trace: it is off inside compiled code
+(compiled.py). Instead, at L1 and mix, each FX graph that dynamo hands to the user's backend (inductor,
+aot_eager, a custom one) is given, before that backend compiles it, nodes that compute (Max, Min, Mean, Norm)
+of the inputs and outputs of each call that is an API of apis.yaml (the graph's `call_function` and
+`call_method` nodes: `F.linear`, `torch.softmax`, `x.chunk`, and `+`, `@`, `/` as the `Tensor.add`,
+`Tensor.matmul`, `Tensor.div` that eager mode records for them). They are one extra graph output, a float64
+vector, which the wrapper of the compiled function takes off before dynamo sees the outputs, and turns into
+records in graph order, numbered from the step's counters as the same calls are in eager mode. The user's
+outputs are those of the same compiled program without the debugger: the statistics only read values
+(detached, never written), so inductor computes every user value with the same code (tests check bitwise).
+
+A call of the graph that is no API of the list but a torch operation on tensors is recorded as
+`Unmapped.{target}.{n}.forward`: never dropped silently. Not recorded: the backward of compiled code (one
+compiled backward graph, whose calls have no source call of the user's), graphs compiled before the first
+start() at L1/mix (dynamo's cache keeps them), and tensor files (statistics only).
+Dynamo calls `OutputGraph.call_user_compiler` for every graph (graph breaks and recompilations included):
+that method is wrapped while a debugger at L1 or mix lives; graphs compiled then carry their statistics
+output for good, and hand it to a debugger only while one collects (ACTIVE).
+"""
+from __future__ import annotations
+
+import operator
+import re
+import sys
+import types
+from threading import get_ident
+
+import torch
+
+from ..core.naming import module_record
+from ..core.records import NO_STATS, Record, TensorSummary
+from ..core.safety import guarded, log, report_failure
+
+UNMAPPED = "Unmapped"
+FORWARD = "forward"
+# Python operators in dynamo's graphs, as the Tensor methods that the torch-function mode sees for them
+OPERATORS = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
+             operator.floordiv: "floor_divide", operator.matmul: "matmul", operator.neg: "neg",
+             operator.pow: "pow", operator.mod: "remainder", operator.getitem: "__getitem__",
+             operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge", operator.eq: "eq",
+             operator.ne: "ne", operator.abs: "abs", operator.invert: "bitwise_not", operator.and_: "__and__",
+             operator.or_: "__or__", operator.xor: "__xor__", operator.iadd: "__iadd__",
+             operator.isub: "__isub__", operator.imul: "__imul__", operator.itruediv: "__itruediv__"}
+STATS_WIDTH = 4
+
+_state = {"original": None, "owner": None}  # the wrapped OutputGraph.call_user_compiler, and its class
+ACTIVE = []  # the collecting debuggers' (capture, session, recorder, modules): the last one gets the records
+
+
+def stats_of(t):
+    """(Max, Min, Mean, Norm) of `t` as a float64 vector: traced into the compiled graph. Integers and
+    booleans in float64 (booleans' Max/Min become any/all when recorded), floats in their own precision at
+    least float32 (low-precision floats accumulate in float32, as eager summaries do)."""
+    x = t.detach()
+    if x.dtype == torch.float64 or not x.is_floating_point():
+        x = x.to(torch.float64)
+    elif x.dtype != torch.float32:
+        x = x.to(torch.float32)
+    return torch.stack([x.amax(), x.amin(), x.mean(), torch.linalg.vector_norm(x)]).to(torch.float64)
+
+
+def _fake(node):
+    return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+
+
+def _is_tensor(value) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def api_of(node, table):
+    """(prefix, api) that eager mode records for `node`, (UNMAPPED, name) for a torch operation on tensors
+    that is no API of the list, or None for what is no call of the user's on tensors (a tuple's item, a size)."""
+    target = node.target
+    if node.op == "call_method":
+        func = getattr(torch.Tensor, target, None)
+        entry = table.get(func) if func is not None else None
+        name = target
+    else:
+        if target in OPERATORS:
+            if not any(_is_tensor(_fake(a)) for a in node.args):  # a tuple's item, a size's arithmetic
+                return None
+            func = getattr(torch.Tensor, OPERATORS[target], None)
+            entry = table.get(func) if func is not None else None
+        else:
+            entry = table.get(target)
+        name = getattr(target, "__name__", str(target))
+    if entry is not None and entry.__class__ is tuple:
+        return entry[0], entry[1]
+    value = _fake(node)
+    outputs = [value] if _is_tensor(value) else list(value) if isinstance(value, (tuple, list)) else []
+    if not any(_is_tensor(v) for v in outputs):
+        return None
+    return UNMAPPED, name
+
+
+class _Plan:
+    """What a graph records: per API call, its key and the templates of its inputs and outputs, whose tensor
+    leaves are ("t", slot, dtype, shape, requires_grad) (slot: the tensor's row of the statistics output)."""
+
+    def __init__(self):
+        self.calls = []  # (key, args, kwargs, output, index of the parent module call in `modules` or None)
+        self.modules = []  # the module calls inside the graph, in order: (path under the compiled module,
+        #                    class name, index of the parent module call or None)
+        self.slots = {}  # (node, index or None) -> slot
+        self.stats = []  # the statistics nodes, in slot order
+
+
+def instrument(gm, table, encode_constant):
+    """Adds the statistics output to `gm` in place; returns the _Plan, or None when nothing is recorded."""
+    graph = gm.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    if not isinstance(output.args[0], (tuple, list)):
+        return None
+    plan = _Plan()
+    nodes = list(graph.nodes)
+    last_placeholder = max((i for i, n in enumerate(nodes) if n.op == "placeholder"), default=-1)
+    last = {}  # node -> the last node inserted after it
+
+    def slot(node, index=None):
+        """The statistics row of tensor `node` (item `index` of a tuple-valued node), computed just after
+        the node: an in-place call later on does not change what was recorded."""
+        key = (node, index)
+        if key not in plan.slots:
+            fake = _fake(node) if index is None else _fake(node)[index]
+            numel = fake.numel()
+            if not isinstance(numel, int) or numel == 0:  # empty, or a dynamic size: no statistics
+                plan.slots[key] = None
+                return None
+            after = node if node.op != "placeholder" else nodes[last_placeholder]
+            anchor, after = after, last.get(after, after)
+            with graph.inserting_after(after):
+                source = node
+                if index is not None:
+                    source = graph.call_function(operator.getitem, (node, index))
+                    source.meta["example_value"] = fake
+                with graph.inserting_after(source):
+                    row = graph.call_function(stats_of, (source,))
+            last[anchor] = row  # the next row of this node goes after this one: graph order kept
+            plan.slots[key] = len(plan.stats)
+            plan.stats.append(row)
+        return plan.slots[key]
+
+    def leaf(value, node=None, index=None):
+        fake = _fake(node) if index is None else _fake(node)[index]
+        shape = tuple(int(d) if isinstance(d, int) else None for d in fake.shape)
+        return ("t", slot(node, index), str(fake.dtype), shape, bool(fake.requires_grad))
+
+    def template(value):
+        if isinstance(value, torch.fx.Node):
+            fake = _fake(value)
+            if _is_tensor(fake):
+                return leaf(value, value)
+            if isinstance(fake, (int, float, bool)) and not isinstance(fake, torch.SymInt):
+                return {"type": type(fake).__name__, "value": fake}
+            return {"type": type(fake).__name__ if fake is not None else "unknown"}
+        if isinstance(value, (tuple, list)):
+            return [template(v) for v in value]
+        if isinstance(value, dict):
+            return {str(k): template(v) for k, v in value.items()}
+        return encode_constant(value)
+
+    instances = {}  # nn_module_stack key -> index in plan.modules
+    for node in nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        key = api_of(node, table)
+        if key is None:
+            continue
+        fake = _fake(node)
+        if _is_tensor(fake):
+            out = [leaf(None, node)]
+        elif isinstance(fake, (tuple, list)):
+            out = [leaf(None, node, i) if _is_tensor(v) else template(v) for i, v in enumerate(fake)]
+        else:
+            out = [template(fake)]
+        parent = module_calls(node, plan, instances)
+        args, kwargs = as_dispatched(node)
+        plan.calls.append((key, template(list(args)), template(dict(kwargs)), out, parent))
+    if not plan.calls:
+        return None
+    with graph.inserting_before(output):
+        rows = graph.call_function(torch.cat, (plan.stats,)) if plan.stats else \
+            graph.call_function(torch.zeros, (0,), {"dtype": torch.float64})
+    outs = output.args[0]
+    output.args = (type(outs)([*outs, rows]),)
+    graph.lint()
+    gm.recompile()
+    return plan
+
+
+class _Seen(Exception):
+    pass
+
+
+class _Probe(torch.overrides.TorchFunctionMode):
+    """Takes the arguments of the first call dispatched to a mode, and stops it."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        raise _Seen(args, kwargs or {})
+
+
+def as_dispatched(node):
+    """(args, kwargs) of `node` as the API capture's mode sees them in eager mode: a Python function of
+    torch.nn.functional hands its tensors positionally and the rest by keyword (`F.layer_norm(x, shape, w, b,
+    eps)` reaches the mode as `(x, shape), weight=w, bias=b, eps=eps`), where dynamo's graph keeps the call as
+    written. Found by calling the target once on meta tensors under a mode that stops at the first dispatch."""
+    if node.op != "call_function" or not isinstance(getattr(node.target, "__code__", None), types.CodeType):
+        return node.args, node.kwargs
+    nodes = {}
+
+    def meta(value):
+        if isinstance(value, torch.fx.Node):
+            fake = _fake(value)
+            if not _is_tensor(fake) or not all(isinstance(d, int) for d in fake.shape):
+                raise _Seen(None)
+            t = torch.empty(fake.shape, dtype=fake.dtype, device="meta")
+            nodes[id(t)] = (t, value)
+            return t
+        if isinstance(value, (tuple, list)):
+            return type(value)(meta(v) for v in value)
+        return value
+
+    def back(value):
+        if isinstance(value, torch.Tensor):
+            return nodes[id(value)][1]  # KeyError: a tensor made inside the function
+        if isinstance(value, (tuple, list)):
+            return type(value)(back(v) for v in value)
+        if isinstance(value, dict):
+            return {k: back(v) for k, v in value.items()}
+        return value
+
+    try:
+        args, kwargs = meta(node.args), {k: meta(v) for k, v in node.kwargs.items()}
+        with _Probe():
+            node.target(*args, **kwargs)
+    except _Seen as seen:
+        if len(seen.args) == 2:
+            try:
+                return back(tuple(seen.args[0])), back(seen.args[1])
+            except KeyError:
+                pass
+    except Exception:  # noqa: BLE001 - the call as the graph has it
+        pass
+    return node.args, node.kwargs
+
+
+def module_path(path: str) -> str:
+    """A path of dynamo's nn_module_stack (`L['self'].blocks.0.ln`, `L['self'].blocks[0]`) as the path under
+    the compiled module (`blocks.0.ln`); "" for the compiled module itself."""
+    path = re.sub(r"^[LG]\[[^\]]*\]", "", path)
+    path = re.sub(r"\[(\d+)\]", r".\1", path)
+    path = re.sub(r"\[['\"]([^'\"]*)['\"]\]", r".\1", path)
+    return path.strip(".")
+
+
+def module_calls(node, plan, instances):
+    """The index in plan.modules of the innermost module call that made `node` (added with its outer ones),
+    or None for a call of the compiled module's own code."""
+    parent = None
+    for key, entry in (node.meta.get("nn_module_stack") or {}).items():
+        path, cls = entry if isinstance(entry, tuple) and len(entry) == 2 else (None, None)
+        if not isinstance(path, str):
+            continue
+        path = module_path(path)
+        if not path:
+            continue
+        if key not in instances:
+            instances[key] = len(plan.modules)
+            plan.modules.append((path, getattr(cls, "__name__", str(cls)), parent))
+        parent = instances[key]
+    return parent
+
+
+def wrap(compiled, plan):
+    """The compiled function without its statistics output, which goes to the collecting debugger."""
+    def run(*args, **kwargs):
+        out = compiled(*args, **kwargs)
+        deliver(plan, out[-1])
+        return out[:-1]
+    if getattr(compiled, "_boxed_call", False):  # called with one list that it empties, as `compiled` is
+        run._boxed_call = True
+    run.__wrapped__ = compiled
+    return run
+
+
+def _value(leaf, rows):
+    _, slot, dtype, shape, requires_grad = leaf
+    stats = NO_STATS
+    if slot is not None:
+        high, low, mean, norm = rows[slot * STATS_WIDTH:(slot + 1) * STATS_WIDTH]
+        if dtype == "torch.bool":
+            stats = (bool(high), bool(low), None, None)
+        elif "int" in dtype:
+            stats = (int(high), int(low), mean, norm)
+        else:
+            stats = (high, low, mean, norm)
+    return TensorSummary("torch.Tensor", dtype, shape, stats, requires_grad)
+
+
+def _fill(template, rows):
+    if isinstance(template, tuple):
+        return _value(template, rows)
+    if isinstance(template, list):
+        return [_fill(v, rows) for v in template]
+    if isinstance(template, dict) and "type" not in template:
+        return {k: _fill(v, rows) for k, v in template.items()}
+    return template
+
+
+def deliver(plan, rows) -> None:
+    if not ACTIVE:
+        return
+    capture = ACTIVE[-1]
+    session = capture.session
+    if not session.forward_on or session.thread != get_ident():
+        return
+    try:
+        record_calls(capture, plan, rows)
+    except Exception as exc:  # noqa: BLE001 - never break the user's step
+        report_failure("compiled capture", exc, site="compiled_capture.deliver")
+
+
+def record_calls(capture, plan, rows) -> None:
+    session, recorder = capture.session, capture.recorder
+    with recorder._quiet():
+        values = rows.detach().cpu().tolist()
+    counters, flt, filtered = session.counters, session.filter, recorder.filtered
+    outer = capture.modules.current() if capture.modules is not None else None
+    parent = outer.name if outer is not None else None
+    names = []  # the module calls of the graph, named as eager mode names them: parents in construct.json
+    if capture.modules is not None and plan.modules:
+        kind = capture.modules.kind
+        base = ".".join(parent.split(".")[1:-3]) if parent is not None else ""
+        for path, cls, up in plan.modules:
+            full = f"{base}.{path}" if base else path
+            name = module_record(kind, full, cls, FORWARD, session.next_index((kind, full)))
+            names.append(name)
+            if recorder.parents:
+                session.construct[name] = names[up] if up is not None else parent
+    for (key, args, kwargs, out, up) in plan.calls:
+        n = counters.get(key, 0)
+        counters[key] = n + 1
+        name = f"{key[0]}.{key[1]}.{n}.{FORWARD}"
+        if filtered:
+            flt.on_start(name)
+            if not flt.wants(name):
+                flt.on_end(name)
+                continue
+        record = Record(name)
+        if recorder.inputs:
+            record.data["input_args"], record.data["input_kwargs"] = _fill(args, values), _fill(kwargs, values)
+        if recorder.outputs:
+            record.data["output"] = _fill(out, values)
+        if recorder.parents:
+            session.construct[name] = names[up] if up is not None and names else parent
+        if not session.numbers or record.data:
+            session.records[name] = record
+            session.dirty = True
+        if filtered:
+            flt.on_end(name)
+
+
+def _call_user_compiler(self, gm, example_inputs):
+    original = _state["original"]
+    plan = None
+    if ACTIVE or _state.get("keep"):
+        try:
+            plan = instrument(gm, ACTIVE[-1].table if ACTIVE else _state["table"], _state["encode"])
+        except Exception as exc:  # noqa: BLE001 - the graph is compiled as it came
+            report_failure("compiled capture", exc, site="compiled_capture.instrument")
+            plan = None
+    compiled = original(self, gm, example_inputs)
+    return wrap(compiled, plan) if plan is not None else compiled
+
+
+@guarded("start()")
+def install(capture) -> bool:
+    """Once dynamo is imported, at start() at L1/mix: graphs compiled from now on carry their statistics.
+    Returns whether the compiler is wrapped (False before dynamo is imported, or where dynamo has no
+    `OutputGraph.call_user_compiler`: then compiled code keeps being one record at its edge)."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    from torch._dynamo import output_graph
+    owner = getattr(output_graph, "OutputGraph", None)
+    if owner is None or not callable(getattr(owner, "call_user_compiler", None)):
+        return False
+    if _state["original"] is None:
+        _state["original"], _state["owner"] = owner.call_user_compiler, owner
+        owner.call_user_compiler = _call_user_compiler
+    _state["table"] = capture.table
+    _state["encode"] = _constant_encoder(capture)
+    _state["keep"] = True
+    return True
+
+
+def _constant_encoder(capture):
+    encoder = capture.summarizer.encoder
+    return lambda value: encoder.encode(value, lambda t, path: None)
+
+
+def activate(capture) -> None:
+    if capture not in ACTIVE:
+        ACTIVE.append(capture)
+
+
+def deactivate(capture) -> None:
+    if capture in ACTIVE:
+        ACTIVE.remove(capture)
+
+
+def uninstall() -> None:
+    """When no debugger at L1/mix is left: dynamo's compiler as it was (compiled graphs keep their output)."""
+    if _state["original"] is not None and not ACTIVE:
+        _state["owner"].call_user_compiler = _state["original"]
+        _state["original"] = _state["owner"] = None
+        _state["keep"] = False

@@ -1,0 +1,209 @@
+"""API calls inside torch.compile'd code (pytorch/compiled_capture.py): recorded at L1 and mix with the names of
+the same code in eager mode, their statistics computed by the compiled program, training bitwise as the same
+compiled run without the debugger, and a compiled dump compared against an eager one.
+
+Small models, seeded; inductor on CPU compiles in seconds, so each test compiles once or twice.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+
+from helpers import assert_stats, data, load
+
+from lm import Net
+
+from msprobe_lite.compare import compare
+from msprobe_lite.pytorch import PrecisionDebugger, compiled_capture
+
+
+@pytest.fixture(autouse=True)
+def deterministic():
+    """As in test_pytorch_compiled.py: a compiled run without the debugger is reproducible only so. Dynamo's
+    compiler is unwrapped first (a debugger of an earlier test that never finished leaves it wrapped), so that
+    the runs without a debugger compile graphs without statistics."""
+    compiled_capture.ACTIVE.clear()
+    compiled_capture.uninstall()
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before)
+
+
+def batch():
+    gen = torch.Generator().manual_seed(7)
+    return torch.randint(0, 32, (2, 6), generator=gen), torch.randint(0, 32, (2, 6), generator=gen)
+
+
+def train(path=None, level=None, backend="inductor", make=Net, steps=1):
+    """Seeded AdamW training of `make()`, compiled with `backend` (None: eager), dumped at `level` into `path`
+    (None: no debugger). Returns (losses, grads per step, params, dynamo's graph counters)."""
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    net = make()
+    model = net if backend is None else torch.compile(net, backend=backend)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level=level) if level else None
+    tokens, target = batch()
+    losses, grads = [], []
+    for _ in range(steps):
+        if dbg is not None:
+            dbg.start(model=model)
+        loss = F.cross_entropy(model(tokens).flatten(0, 1), target.flatten())
+        loss.backward()
+        if dbg is not None:  # forward and backward: the optimizer's calls are no compiled code
+            dbg.stop()
+        grads.append({n: p.grad.clone() for n, p in net.named_parameters()})
+        opt.step()
+        opt.zero_grad()
+        if dbg is not None:
+            dbg.step()
+        losses.append(loss.detach().clone())
+    params = {n: p.detach().clone() for n, p in net.named_parameters()}
+    graphs = (counters["stats"]["unique_graphs"], counters["stats"]["calls_captured"],
+              sum(counters["graph_break"].values()))
+    return losses, grads, params, graphs
+
+
+def assert_bitwise(a, b):
+    assert all(torch.equal(x, y) for x, y in zip(a[0], b[0]))
+    for ga, gb in zip(a[1], b[1]):
+        assert ga.keys() == gb.keys() and all(torch.equal(ga[n], gb[n]) for n in ga)
+    assert all(torch.equal(a[2][n], b[2][n]) for n in a[2])
+
+
+def forward_apis(dump):
+    return [n for n in dump if not n.startswith("Module.") and n.endswith(".forward")]
+
+
+def summary(target, golden, out):
+    (pair,) = compare(str(target), str(golden), str(out), quiet=True).to_json()["pairs"]
+    return pair
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_calls_inside_compiled_code_are_recorded_as_in_eager_mode(tmp_path, level):
+    train(tmp_path / "compiled", level)
+    train(tmp_path / "eager", level, backend=None)
+    compiled, eager = data(tmp_path / "compiled"), data(tmp_path / "eager")
+    # the same forward API records, in the same order, with the same numbers
+    assert forward_apis(compiled) == forward_apis(eager)
+    assert "Functional.linear.8.forward" in compiled and "Tensor.add.3.forward" in compiled
+    assert not [n for n in compiled if n.startswith("Unmapped.")]
+    # their statistics, computed here from the seeded model's own modules
+    tokens, _ = batch()
+    with torch.no_grad():
+        torch.manual_seed(0)
+        ref = Net()
+        x = ref.embed(tokens)
+        block = ref.blocks[0]
+        h = block.ln(x)
+        q, k, v = block.qkv(h).chunk(3, dim=-1)
+        scores = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(16), dim=-1)
+        attn = block.proj(scores @ v)
+        logits = ref(tokens)
+    assert_stats(compiled["Functional.embedding.0.forward"]["output"][0], x)
+    assert compiled["Functional.embedding.0.forward"]["input_args"][0]["Max"] == int(tokens.max())
+    assert_stats(compiled["Functional.layer_norm.0.forward"]["output"][0], h)
+    assert_stats(compiled["Functional.linear.0.forward"]["input_args"][1], block.qkv.weight)
+    for i, part in enumerate((q, k, v)):
+        assert_stats(compiled["Tensor.chunk.0.forward"]["output"][i], part)
+    assert_stats(compiled["Torch.softmax.0.forward"]["output"][0], scores)
+    assert_stats(compiled["Tensor.add.0.forward"]["input_args"][1], attn)
+    assert_stats(compiled["Tensor.add.0.forward"]["output"][0], x + attn)
+    assert_stats(compiled["Functional.linear.8.forward"]["output"][0], logits)
+    # the arguments as eager mode records them (F.layer_norm's weight, bias and eps by keyword)
+    for name in ("Functional.layer_norm.0.forward", "Tensor.chunk.0.forward", "Tensor.transpose.0.forward"):
+        assert compiled[name]["input_kwargs"].keys() == eager[name]["input_kwargs"].keys(), name
+        assert len(compiled[name]["input_args"]) == len(eager[name]["input_args"]), name
+    if level == "mix":  # each call's parent is the module that made it, named as in the eager dump
+        c_construct = load(tmp_path / "compiled", name="construct.json")
+        e_construct = load(tmp_path / "eager", name="construct.json")
+        for name in forward_apis(compiled):
+            assert c_construct[name] == e_construct[name], name
+    # eager vs compiled: nearly every record of the compiled dump pairs, and a healthy fp32 compile departs nowhere
+    pair = summary(tmp_path / "compiled", tmp_path / "eager", tmp_path / "compare")
+    counts = pair["counts"]
+    assert (counts["pass"] + counts["warning"] + counts["error"]) / pair["records"]["target"] >= 0.9
+    assert counts["error"] == 0 and pair["first_divergence"] is None, pair
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_compiled_training_stays_bitwise_with_the_capture(tmp_path, level):
+    base = train(steps=2)
+    run = train(tmp_path, level, steps=2)
+    assert_bitwise(base, run)
+    assert run[3] == base[3] and base[3][2] == 0  # the same graphs, no graph break
+    names = list(data(tmp_path, 1))
+    assert ("Functional.linear.8.forward" in names) == (level != "L0")
+
+
+def test_the_aot_eager_backend_is_captured_too(tmp_path):
+    base = train(backend="aot_eager")
+    run = train(tmp_path, "L1", backend="aot_eager")
+    assert_bitwise(base, run)
+    assert "Torch.softmax.1.forward" in data(tmp_path)
+
+
+def faulty(gm, example_inputs):
+    """A compiler-only fault: the third `+` of the graph gives 1.001 times its value, then inductor."""
+    from torch._inductor.compile_fx import compile_fx
+
+    adds = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is operator.add]
+    with gm.graph.inserting_after(adds[2]):
+        scaled = gm.graph.call_function(operator.mul, (adds[2], 1.001))
+    adds[2].replace_all_uses_with(scaled, delete_user_cb=lambda user: user is not scaled)
+    gm.recompile()
+    return compile_fx(gm, example_inputs)
+
+
+def test_a_compiler_only_fault_is_named_as_the_first_divergence(tmp_path):
+    train(tmp_path / "faulty", "mix", backend=faulty)
+    train(tmp_path / "eager", "mix", backend=None)
+    pair = summary(tmp_path / "faulty", tmp_path / "eager", tmp_path / "compare")
+    assert pair["first_divergence"]["name"] == "Tensor.add.2.forward", pair
+    assert pair["counts"]["error"] == 1
+
+
+class Broken(nn.Module):
+    """A graph break in the middle of forward, and a call of an aten operator, no API of the list."""
+
+    def __init__(self, vocab=32, d=8):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.a = nn.Linear(d, d)
+        self.b = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        x = torch.tanh(self.a(self.embed(tokens)))
+        torch._dynamo.graph_break()
+        x = x + torch.ops.aten.mul.Tensor(x, x)
+        return self.b(x)
+
+
+def test_a_graph_break_and_an_unmapped_call(tmp_path):
+    base = train(make=Broken, steps=2)
+    run = train(tmp_path / "compiled", "mix", make=Broken, steps=2)
+    assert_bitwise(base, run)
+    assert run[3] == base[3] and base[3][0] >= 2 and base[3][2] >= 1  # two graphs, a graph break
+    train(tmp_path / "eager", "mix", backend=None, make=Broken)
+    compiled, eager = data(tmp_path / "compiled"), data(tmp_path / "eager")
+    # both graphs' calls, numbered across the break as in eager mode; the aten call is recorded, named so
+    assert [n for n in forward_apis(compiled) if not n.startswith("Unmapped.")] == forward_apis(eager)
+    assert "Tensor.add.0.forward" in compiled and "Torch.tanh.0.forward" in compiled
+    unmapped = [n for n in compiled if n.startswith("Unmapped.")]
+    assert unmapped == ["Unmapped.mul.Tensor.0.forward"]
+    tokens, _ = batch()
+    with torch.no_grad():
+        torch.manual_seed(0)
+        ref = Broken()
+        x = torch.tanh(ref.a(ref.embed(tokens)))
+    assert_stats(compiled[unmapped[0]]["output"][0], x * x)
+    assert_stats(compiled["Tensor.add.0.forward"]["output"][0], x + x * x)
