@@ -141,25 +141,58 @@ def _shapes(text: str) -> list:
     return out
 
 
+_NODE = re.compile(r"^\s*%(\d+)\([^)]*\) = (?:PrimFunc_)?(\w+)\(")
+_PARA = re.compile(r"^%para\d+_")
+
+
+def _call_args(text: str) -> list:
+    """The arguments of `a, b, C(d, e)) {attrs}`: up to the parenthesis that closes the call."""
+    depth, end = 0, len(text)
+    for i, ch in enumerate(text):
+        if ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            if depth == 0:
+                end = i
+                break
+            depth -= 1
+    return _items(text[:end])
+
+
 def source_lines(rank_dir: str, graph: str) -> tuple:
     """({full name: [(file, line, column range or None, source text)], outermost first},
-    {full name: ([input shapes], [output shapes])}), from the .ir file."""
+    {full name: ([input shapes], [output shapes])}, {full name: {input slot: parameter name}}), from the .ir
+    file (a kernel's inputs that are Parameters, or Loads of them)."""
     out: dict = {}
     shapes: dict = {}
+    params: dict = {}
     path = os.path.join(rank_dir, "graphs", f"ms_output_trace_code_graph_{graph}.ir")
     try:
         f = open(path, errors="replace")
     except OSError:
-        return out, shapes
-    current, signature = None, None
+        return out, shapes, params
+    current, signature, node_args = None, None, None
+    loads: dict = {}
     with f:
         for line in f:
+            m = _NODE.match(line)
+            if m:
+                args = _call_args(line[m.end():])
+                if m.group(2) == "Load" and args and args[0].startswith("%para"):
+                    loads[m.group(1)] = _PARA.sub("", args[0])
+                node_args = args
             m = _FULLNAME.search(line)
             if m:
                 current = out.setdefault(m.group(1), []) if m.group(1) not in out else None
                 if signature is not None:
                     shapes.setdefault(m.group(1), signature)
-                signature = None
+                if node_args:
+                    found = {i: _PARA.sub("", a) if a.startswith("%para") else loads.get(a[1:])
+                             for i, a in enumerate(node_args) if a.startswith("%")}
+                    found = {i: n for i, n in found.items() if n}
+                    if found:
+                        params.setdefault(m.group(1), found)
+                signature, node_args = None, None
                 continue
             m = _IN_FILE.search(line)
             if m and current is not None:
@@ -172,7 +205,7 @@ def source_lines(rank_dir: str, graph: str) -> tuple:
                 current = None
                 if line.lstrip().startswith("%"):
                     signature = None
-    return out, shapes
+    return out, shapes, params
 
 
 def cells_of(full_name: str) -> tuple:
@@ -285,10 +318,13 @@ def kernel_runs(iter_dirs: list, only=None) -> list:
     names: dict = {}
     sources: dict = {}
     signatures: dict = {}
+    param_inputs: dict = {}
     for d in iter_dirs:
         rank_dir, graph = _graph_of(d)
         names.update(full_names(rank_dir, graph))
-        lines, sig = source_lines(rank_dir, graph)
+        lines, sig, para = source_lines(rank_dir, graph)
+        for k, v in para.items():
+            param_inputs.setdefault(k, v)
         for k, v in lines.items():
             sources.setdefault(k, v)
         for k, v in sig.items():
@@ -311,7 +347,8 @@ def kernel_runs(iter_dirs: list, only=None) -> list:
             last = (ts, op_name, full, {"input": {}, "output": {}})
             runs.append(last)
         last[3][io][slot] = path
-    return [(ts, full, sources.get(full, []), slots, signatures.get(full)) for ts, _name, full, slots in runs]
+    return [(ts, full, sources.get(full, []), slots, signatures.get(full), param_inputs.get(full, {}))
+            for ts, _name, full, slots in runs]
 
 
 def records(iter_dirs: list, root_cells=None, only=None, save=None) -> tuple:
@@ -322,7 +359,7 @@ def records(iter_dirs: list, root_cells=None, only=None, save=None) -> tuple:
     data, parents, stacks = {}, {}, {}
     counters: dict = {}
     calls: dict = {}           # cell path -> (its current call's record name, the kernels it ran)
-    for _ts, full, frames, slots, signature in kernel_runs(iter_dirs, only):
+    for _ts, full, frames, slots, signature, param_slots in kernel_runs(iter_dirs, only):
         direction, cells, op = cells_of(full)
         if not cells and frames:
             names = cells_from_source(frames)
@@ -368,8 +405,22 @@ def records(iter_dirs: list, root_cells=None, only=None, save=None) -> tuple:
             cur[1].add(full)
             data[cur[0]]["output"] = outs[:1]
             parent = cur[0]
+            _own_parameters(data[cur[0]], cpath, param_slots, sorted(slots["input"]), ins)
         parents[name] = parent
     return data, parents, stacks
+
+
+NOT_PARAMETERS = ("moving_mean", "moving_variance")   # BatchNorm's running statistics: buffers, as in PyNative
+
+
+def _own_parameters(record: dict, cell_path: str, param_slots: dict, input_slots: list, ins: list) -> None:
+    """The cell's own parameters among the kernel's inputs (their values as the kernel read them, before the
+    step's update: MindSpore's Parameter files hold them after it)."""
+    prefix = cell_path + "."
+    for slot, pname in param_slots.items():
+        own = pname[len(prefix):] if pname.startswith(prefix) else None
+        if own and "." not in own and own not in NOT_PARAMETERS and slot in input_slots:
+            record.setdefault("parameters", {})[own] = ins[input_slots.index(slot)]
 
 
 def dump_content(data: dict, task: str = "statistics", level: str = "mix") -> dict:
