@@ -293,6 +293,8 @@ def pynative_dump(tmp_path, v, plant=None):
     for p in net.trainable_params():
         value = v[p.name] + (0.5 if p.name == plant else 0.0)
         p.set_data(ms.Tensor(value.astype(np.float32)))
+    if plant == "eps":   # a computation that differs, on the same inputs and weights
+        net.ln.layer_norm = ops.LayerNorm(-1, -1, 0.1)
     x = ms.Tensor(v["x"])
     path = str(tmp_path / f"pynative_{plant}")
     dbg = PrecisionDebugger(dump_path=path, task="statistics", level="L0", native_dump=False)
@@ -322,6 +324,9 @@ def test_compare_graph_dump_against_pynative_at_cell_level(tmp_path):
     planted = compare(dump, pynative_dump(tmp_path, v, plant="d2.bias"), str(tmp_path / "cmp2"), html=False,
                       quiet=True)
     assert first_named(planted.pairs[0]) == "Cell.d2.Dense.forward.0", planted.pairs[0]
+    computed = compare(dump, pynative_dump(tmp_path, v, plant="eps"), str(tmp_path / "cmp3"), html=False,
+                       quiet=True)
+    assert computed.pairs[0]["first_divergence"]["name"] == "Cell.ln.LayerNorm.forward.0", computed.pairs[0]
 
 
 def test_compare_and_overflow_check_read_the_native_folder(tmp_path):
@@ -457,3 +462,36 @@ def test_graph_mode_train_one_step_cell_scopes_name_the_network_cells(tmp_path):
     check(d["Cell.ln.LayerNorm.forward.0"]["output"][0], layer_norm(out, v["ln.gamma"], v["ln.beta"]), rel=1e-4)
     assert dump_data(dump, 0, "construct.json")["Cell.body.0.Dense.forward.0"] == "Cell.body.SequentialCell.forward.0"
     assert "Kernel.ln.LayerNormGrad.0.backward" in d and "Kernel.SGD.0.forward" in d
+
+
+def test_jit_train_step_compares_with_the_same_steps_in_pynative(tmp_path):
+    """A `@ms.jit` train step's converted dump against the same training run in PyNative (hooks, L0): the
+    forward cells pair and agree, both steps (the second after the compiled and the eager SGD updates)."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    dump, v, losses, _ = run(tmp_path, "conv", "jit")
+    namespace = {}
+    exec(compile(NETS, "nets", "exec"), namespace)
+    net, _, _ = namespace["make"]("conv")
+    for p in net.trainable_params():
+        p.set_data(ms.Tensor(v[p.name]))
+    net.set_train(True)
+    opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    loss_fn = nn.MSELoss()
+    grad_fn = ms.value_and_grad(lambda a, b: loss_fn(net(a), b), None, opt.parameters)
+    golden = str(tmp_path / "pynative")
+    dbg = PrecisionDebugger(dump_path=golden, task="statistics", level="L0", native_dump=False)
+    x, y = ms.Tensor(v["x"]), ms.Tensor(v["y"])
+    eager = []
+    for _ in range(2):
+        dbg.start(net)
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        dbg.stop()
+        dbg.step()
+        eager.append(float(loss.asnumpy()))
+    np.testing.assert_allclose(eager, losses, rtol=1e-5)
+    summary = compare(dump, golden, str(tmp_path / "cmp"), html=False, quiet=True)
+    assert len(summary.pairs) == 2
+    for pair in summary.pairs:
+        assert pair["first_divergence"] is None and pair["counts"]["error"] == 0, pair
+        assert pair["counts"]["pass"] >= 3, pair   # conv, bn, fc
