@@ -495,3 +495,22 @@ def test_jit_train_step_compares_with_the_same_steps_in_pynative(tmp_path):
     for pair in summary.pairs:
         assert pair["first_divergence"] is None and pair["counts"]["error"] == 0, pair
         assert pair["counts"]["pass"] >= 3, pair   # conv, bn, fc
+
+
+def test_each_rank_converts_its_own_rank_folder(tmp_path):
+    """The ranks of a distributed run write rank_0/, rank_1/ ... under one `path`: each converts its own."""
+    import shutil
+
+    from msprobe_lite.config import load_config
+    from msprobe_lite.mindspore.native_dump import NativeDump
+
+    dump, _, _, _ = run(tmp_path, "dense", "graph")
+    root = str(tmp_path / "two_ranks")
+    for r in (0, 1):
+        shutil.copytree(os.path.join(dump, "native", "rank_0"), os.path.join(root, f"rank_{r}"))
+    native = NativeDump.__new__(NativeDump)   # without setting MINDSPORE_DUMP_CONFIG in this process
+    native.config = load_config(None, task="statistics", dump_path=str(tmp_path / "out"), level="mix")
+    native.root, native.converted, native.said_nothing, native.model, native.env = root, set(), False, None, None
+    assert native.convert(0, 1, "mix") > 0
+    assert native.converted and all(f"{os.sep}rank_1{os.sep}" in f for f in native.converted)
+    assert os.path.isfile(os.path.join(str(tmp_path / "out"), "step0", "rank1", "dump.json"))

@@ -99,12 +99,15 @@ class NativeDump:
         self.said_nothing = False
         self.model = None
 
-    def _new_files(self) -> tuple:
-        """([iteration folders], {their tensor files not converted yet})."""
+    def _new_files(self, rank) -> tuple:
+        """([iteration folders], {their tensor files not converted yet}) of this process's rank_{id} folder
+        (the ranks of a distributed run write beside each other)."""
         if not native_read.is_native(self.root):
             return [], set()
         dirs, new = [], set()
-        for _it, _rank, its in native_read.iterations(self.root):
+        for _it, found_rank, its in native_read.iterations(self.root):
+            if found_rank != (rank or 0):
+                continue
             for d in its:
                 files = {os.path.join(d, f) for f in os.listdir(d)} - self.converted
                 if files:
@@ -130,7 +133,7 @@ class NativeDump:
 
     def convert(self, step: int, rank, level: str) -> int:
         """Convert what MindSpore wrote since the last call into step{step}: the number of records added."""
-        dirs, new = self._new_files()
+        dirs, new = self._new_files(rank)
         self.converted |= new
         self._release_env()
         if not dirs:
