@@ -207,3 +207,70 @@ def test_a_graph_break_and_an_unmapped_call(tmp_path):
         x = torch.tanh(ref.a(ref.embed(tokens)))
     assert_stats(compiled[unmapped[0]]["output"][0], x * x)
     assert_stats(compiled["Tensor.add.0.forward"]["output"][0], x + x * x)
+
+
+class InPlace(nn.Module):
+    """Writes in place inside the compiled graph: `z[:, 0] = 0`, `z.add_(1)`."""
+
+    def __init__(self, vocab=32, d=8):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.a = nn.Linear(d, d)
+        self.b = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        z = self.a(self.embed(tokens)).clone()
+        z[:, 0] = 0.0
+        z.add_(1.0)
+        return self.b(z * 2)
+
+
+def test_tensors_written_in_place_are_read_when_each_call_runs(tmp_path):
+    """Each call's inputs as they are when it runs and its outputs as it leaves them, as eager mode records."""
+    base = train(make=InPlace)
+    assert_bitwise(base, train(tmp_path / "compiled", "L1", make=InPlace))
+    train(tmp_path / "eager", "L1", backend=None, make=InPlace)
+    compiled, eager = data(tmp_path / "compiled"), data(tmp_path / "eager")
+    assert forward_apis(compiled) == forward_apis(eager)
+    assert "Tensor.__setitem__.0.forward" in compiled and "Tensor.add_.0.forward" in compiled
+    checked = 0
+    for name in forward_apis(compiled):
+        for part in ("input_args", "output"):
+            for got, want in zip(compiled[name][part], eager[name][part]):
+                if isinstance(got, dict) and "Norm" in got:
+                    for key in ("Max", "Min", "Mean", "Norm"):
+                        assert math.isclose(got[key], want[key], rel_tol=1e-5, abs_tol=1e-6), (name, part, key)
+                    checked += 1
+    assert checked >= 12
+
+
+def test_dynamic_shapes_have_their_sizes_and_statistics(tmp_path):
+    """A sequence length that changes from step to step: dynamo recompiles with a dynamic size; each record
+    has the step's own shape and statistics, and training is as without the debugger."""
+    def run(dbg):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        net = Net()
+        model = torch.compile(net)
+        gen = torch.Generator().manual_seed(3)
+        outs = []
+        for length in (6, 7, 9):
+            tokens = torch.randint(0, 32, (2, length), generator=gen)
+            if dbg is not None:
+                dbg.start(model=model)
+            out = model(tokens)
+            out.sum().backward()
+            if dbg is not None:
+                dbg.stop()
+                dbg.step()
+            outs.append((tokens, out.detach().clone(), [p.grad.clone() for p in net.parameters()]))
+        return outs
+
+    base = run(None)
+    got = run(PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1"))
+    for (_, a, ga), (tokens, b, gb) in zip(base, got):
+        assert torch.equal(a, b) and all(torch.equal(x, y) for x, y in zip(ga, gb))
+    for step, (tokens, out, _) in enumerate(got):
+        dump = data(tmp_path, step)
+        assert_stats(dump["Functional.linear.8.forward"]["output"][0], out)
+        assert dump["Functional.embedding.0.forward"]["input_args"][0]["shape"] == list(tokens.shape)

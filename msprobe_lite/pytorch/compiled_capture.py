@@ -31,7 +31,7 @@ import torch
 
 from ..core.naming import module_record
 from ..core.records import NO_STATS, Record, TensorSummary
-from ..core.safety import guarded, log, report_failure
+from ..core.safety import guarded, report_failure
 
 UNMAPPED = "Unmapped"
 FORWARD = "forward"
@@ -39,14 +39,15 @@ FORWARD = "forward"
 OPERATORS = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
              operator.floordiv: "floor_divide", operator.matmul: "matmul", operator.neg: "neg",
              operator.pow: "pow", operator.mod: "remainder", operator.getitem: "__getitem__",
-             operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge", operator.eq: "eq",
-             operator.ne: "ne", operator.abs: "abs", operator.invert: "bitwise_not", operator.and_: "__and__",
-             operator.or_: "__or__", operator.xor: "__xor__", operator.iadd: "__iadd__",
-             operator.isub: "__isub__", operator.imul: "__imul__", operator.itruediv: "__itruediv__"}
+             operator.setitem: "__setitem__", operator.lt: "lt", operator.le: "le", operator.gt: "gt",
+             operator.ge: "ge", operator.eq: "eq", operator.ne: "ne", operator.abs: "abs",
+             operator.invert: "bitwise_not", operator.and_: "__and__", operator.or_: "__or__",
+             operator.xor: "__xor__", operator.iadd: "__iadd__", operator.isub: "__isub__",
+             operator.imul: "__imul__", operator.itruediv: "__itruediv__"}
 STATS_WIDTH = 4
 
 _state = {"original": None, "owner": None}  # the wrapped OutputGraph.call_user_compiler, and its class
-ACTIVE = []  # the collecting debuggers' (capture, session, recorder, modules): the last one gets the records
+ACTIVE = []  # the API captures of the debuggers collecting now (start() to stop()): the last one records
 
 
 def stats_of(t):
@@ -59,6 +60,23 @@ def stats_of(t):
     elif x.dtype != torch.float32:
         x = x.to(torch.float32)
     return torch.stack([x.amax(), x.amin(), x.mean(), torch.linalg.vector_norm(x)]).to(torch.float64)
+
+
+def stats_of_sized(t):
+    """stats_of for a tensor whose sizes are dynamic, maybe empty: (Max, Min, Mean, Norm, numel, *sizes)."""
+    x = t.detach()
+    if x.dtype == torch.float64 or not x.is_floating_point():
+        x = x.to(torch.float64)
+    elif x.dtype != torch.float32:
+        x = x.to(torch.float32)
+    flat = x.reshape(-1)
+    n = flat.numel()
+    zero = flat.new_zeros(())
+    high = torch.cat([flat, flat.new_full((1,), float("-inf"))]).amax()
+    low = torch.cat([flat, flat.new_full((1,), float("inf"))]).amin()
+    mean = flat.sum() / (zero + torch.sym_max(n, 1))
+    sizes = [zero + n] + [zero + d for d in x.shape]
+    return torch.stack([high, low, mean, torch.linalg.vector_norm(flat), *sizes]).to(torch.float64)
 
 
 def _fake(node):
@@ -104,7 +122,8 @@ class _Plan:
         self.modules = []  # the module calls inside the graph, in order: (path under the compiled module,
         #                    class name, index of the parent module call or None)
         self.slots = {}  # (node, index or None) -> slot
-        self.stats = []  # the statistics nodes, in slot order
+        self.stats = []  # the statistics nodes, in order: slots are offsets in their concatenation
+        self.width = 0
 
 
 def instrument(gm, table, encode_constant):
@@ -117,35 +136,53 @@ def instrument(gm, table, encode_constant):
     nodes = list(graph.nodes)
     last_placeholder = max((i for i, n in enumerate(nodes) if n.op == "placeholder"), default=-1)
     last = {}  # node -> the last node inserted after it
+    writes = any(n.target is operator.setitem or (isinstance(n.target, str) and n.target.endswith("_")
+                 and not n.target.startswith("__")) or getattr(n.target, "__name__", "").endswith("_")
+                 for n in nodes if n.op in ("call_function", "call_method"))
+    reading = [None]  # the call whose inputs are being read, in a graph that writes in place
 
-    def slot(node, index=None):
+    def slot(node, index=None, at=None):
         """The statistics row of tensor `node` (item `index` of a tuple-valued node), computed just after
-        the node: an in-place call later on does not change what was recorded."""
-        key = (node, index)
+        the node (or after node `at`): an in-place call later on does not change what was recorded. In a
+        graph that writes tensors in place, a call's inputs are read just before it (`before`)."""
+        before = reading[0]
+        key = (node, index, at, before)
         if key not in plan.slots:
             fake = _fake(node) if index is None else _fake(node)[index]
-            numel = fake.numel()
-            if not isinstance(numel, int) or numel == 0:  # empty, or a dynamic size: no statistics
+            sized = not all(isinstance(d, int) for d in fake.shape)  # dynamic: its sizes are read too
+            if not sized and fake.numel() == 0:  # empty: no statistics
                 plan.slots[key] = None
                 return None
-            after = node if node.op != "placeholder" else nodes[last_placeholder]
+            func = stats_of_sized if sized else stats_of
+            offset, plan.width = plan.width, plan.width + (STATS_WIDTH + 1 + fake.dim() if sized else STATS_WIDTH)
+            if before is not None:
+                with graph.inserting_before(before):
+                    source = node
+                    if index is not None:
+                        source = graph.call_function(operator.getitem, (node, index))
+                        source.meta["example_value"] = fake
+                    row = graph.call_function(func, (source,))
+                plan.slots[key] = offset
+                plan.stats.append(row)
+                return offset
+            after = at if at is not None else node if node.op != "placeholder" else nodes[last_placeholder]
             anchor, after = after, last.get(after, after)
             with graph.inserting_after(after):
                 source = node
                 if index is not None:
                     source = graph.call_function(operator.getitem, (node, index))
                     source.meta["example_value"] = fake
-                with graph.inserting_after(source):
-                    row = graph.call_function(stats_of, (source,))
+            with graph.inserting_after(after if source is node else source):
+                row = graph.call_function(func, (source,))
             last[anchor] = row  # the next row of this node goes after this one: graph order kept
-            plan.slots[key] = len(plan.stats)
+            plan.slots[key] = offset
             plan.stats.append(row)
         return plan.slots[key]
 
-    def leaf(value, node=None, index=None):
+    def leaf(value, node=None, index=None, at=None):
         fake = _fake(node) if index is None else _fake(node)[index]
         shape = tuple(int(d) if isinstance(d, int) else None for d in fake.shape)
-        return ("t", slot(node, index), str(fake.dtype), shape, bool(fake.requires_grad))
+        return ("t", slot(node, index, at), str(fake.dtype), shape, bool(fake.requires_grad))
 
     def template(value):
         if isinstance(value, torch.fx.Node):
@@ -169,7 +206,9 @@ def instrument(gm, table, encode_constant):
         if key is None:
             continue
         fake = _fake(node)
-        if _is_tensor(fake):
+        if node.target is operator.setitem:  # x[i] = y: its output is x, after (as eager records it)
+            out = [leaf(None, node.args[0], at=node)]
+        elif _is_tensor(fake):
             out = [leaf(None, node)]
         elif isinstance(fake, (tuple, list)):
             out = [leaf(None, node, i) if _is_tensor(v) else template(v) for i, v in enumerate(fake)]
@@ -177,7 +216,9 @@ def instrument(gm, table, encode_constant):
             out = [template(fake)]
         parent = module_calls(node, plan, instances)
         args, kwargs = as_dispatched(node)
+        reading[0] = node if writes else None
         plan.calls.append((key, template(list(args)), template(dict(kwargs)), out, parent))
+        reading[0] = None
     if not plan.calls:
         return None
     with graph.inserting_before(output):
@@ -288,8 +329,13 @@ def wrap(compiled, plan):
 def _value(leaf, rows):
     _, slot, dtype, shape, requires_grad = leaf
     stats = NO_STATS
+    if slot is not None and None in shape:  # dynamic sizes: read with the statistics
+        numel = int(rows[slot + STATS_WIDTH])
+        shape = tuple(int(d) for d in rows[slot + STATS_WIDTH + 1:slot + STATS_WIDTH + 1 + len(shape)])
+        if numel == 0:
+            slot = None
     if slot is not None:
-        high, low, mean, norm = rows[slot * STATS_WIDTH:(slot + 1) * STATS_WIDTH]
+        high, low, mean, norm = rows[slot:slot + STATS_WIDTH]
         if dtype == "torch.bool":
             stats = (bool(high), bool(low), None, None)
         elif "int" in dtype:
@@ -365,9 +411,9 @@ def record_calls(capture, plan, rows) -> None:
 def _call_user_compiler(self, gm, example_inputs):
     original = _state["original"]
     plan = None
-    if ACTIVE or _state.get("keep"):
+    if _state.get("keep"):
         try:
-            plan = instrument(gm, ACTIVE[-1].table if ACTIVE else _state["table"], _state["encode"])
+            plan = instrument(gm, _state["table"], _state["encode"])
         except Exception as exc:  # noqa: BLE001 - the graph is compiled as it came
             report_failure("compiled capture", exc, site="compiled_capture.instrument")
             plan = None
