@@ -18,7 +18,7 @@ ms = pytest.importorskip("mindspore")
 from mindspore import nn, ops  # noqa: E402
 
 from msprobe_lite.compare import compare  # noqa: E402
-from msprobe_lite.compare import native_read  # noqa: E402
+from msprobe_lite.core import mindspore_dump as native_read  # noqa: E402
 from msprobe_lite.mindspore import PrecisionDebugger  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

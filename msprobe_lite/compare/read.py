@@ -132,14 +132,14 @@ def _load_parents(path: str) -> dict:
 
 class NativeRef(str):
     """Where `resolve` found one iteration of a MindSpore native Dump (seed 002): the text is its first folder,
-    `dirs` all its folders (one per graph), read by `native_read` in place of a dump.json."""
+    `dirs` all its folders (one per graph), read by `core.mindspore_dump` in place of a dump.json."""
 
     dirs: list = []
     step = rank = None
 
 
 def _native(path: str) -> list:
-    from . import native_read
+    from ..core import mindspore_dump as native_read
     out = []
     for it, rank, dirs in native_read.iterations(path):
         ref = NativeRef(dirs[0])
@@ -151,7 +151,7 @@ def _native(path: str) -> list:
 
 
 def _load_native(ref: NativeRef, step, rank) -> Dump:
-    from . import native_read
+    from ..core import mindspore_dump as native_read
     try:
         data, parents, stacks = native_read.records(ref.dirs)
     except (OSError, ValueError) as exc:
@@ -272,7 +272,7 @@ def _resolve(path: str) -> list:
         return [(_step_number(os.path.dirname(folder)), _rank_number(os.path.basename(folder)), path)]
     if isinstance(path, NativeRef):
         return [(path.step, path.rank, path)]
-    from .native_read import is_native
+    from ..core.mindspore_dump import is_native
     if is_native(path):   # MindSpore's own Dump: its `path`, or a rank_{id} folder of it
         return _native(path)
     base = os.path.basename(os.path.normpath(path))

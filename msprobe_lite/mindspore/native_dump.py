@@ -3,7 +3,7 @@
 Hooks do not run in a compiled graph; MindSpore's kernel Dump does. The debugger writes the native config from
 config.json into `{dump_path}/native_dump.json`, names it in `MINDSPORE_DUMP_CONFIG`, and has MindSpore write
 under `{dump_path}/native/`. At each `step()` it converts the kernels written since the last one into
-`step{N}/rank{R}/dump.json` (plus construct.json and stack.json), with `compare.native_read`.
+`step{N}/rank{R}/dump.json` (plus construct.json and stack.json), with `core.mindspore_dump`.
 
 MindSpore reads MINDSPORE_DUMP_CONFIG once per process, at the first graph compile (tested with 2.10, CPU): set
 after it, nothing is dumped; the config's file changed after it, the first one still holds. So the debugger
@@ -18,7 +18,7 @@ import os
 import mindspore as ms
 import numpy as np
 
-from ..compare import native_read
+from ..core import mindspore_dump as native_read
 from ..core import writer
 from ..core.safety import log
 

@@ -25,7 +25,7 @@ import re
 
 import numpy as np
 
-from ..core.statistics import numpy_stats
+from .statistics import numpy_stats
 
 TENSOR_TYPE = "mindspore.Tensor"
 _ITER = re.compile(r"^\d+$")
