@@ -25,6 +25,7 @@ step makes files of its own).
 
     .venv/bin/python tools/bench.py                      # both sizes, every mode
     .venv/bin/python tools/bench.py --sizes small --modes L1 --steps 20
+    .venv/bin/python tools/bench.py --compile --modes L0 L1 mix   # the model under torch.compile (inductor)
     REFVENV/bin/python tools/bench.py --tool msprobe     # the reference tool (mindstudio-probe), same steps
 """
 from __future__ import annotations
@@ -147,6 +148,8 @@ class Configuration:
         torch.manual_seed(0)
         self.model = GPT(cfg["d"], cfg["layers"], cfg["seq"])
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        if COMPILE[0]:  # the model compiled by inductor; the optimizer's step stays eager
+            self.model = torch.compile(self.model)
         self.x = torch.randint(0, VOCAB, (cfg["batch"], cfg["seq"]))
         self.y = torch.randint(0, VOCAB, (cfg["batch"], cfg["seq"]))
         self.folder = tempfile.mkdtemp(prefix=f"{size}_{mode}_", dir=dump_root)
@@ -186,6 +189,7 @@ class Configuration:
 
 
 FULL_COLLECTIONS = [0]  # full garbage collections so far in this process
+COMPILE = [False]  # --compile
 
 
 def _count_full(phase, info) -> None:
@@ -252,7 +256,8 @@ def run(size: str, mode: str, steps: int, warmup: int, tool: str = "msprobe_lite
 
 def in_fresh_process(size: str, mode: str, steps: int, args, dump_root: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--one", size, mode, "--steps", str(steps),
-           "--warmup", str(args.warmup), "--tool", args.tool, "--dump-root", dump_root]
+           "--warmup", str(args.warmup), "--tool", args.tool, "--dump-root", dump_root] + (
+               ["--compile"] if args.compile else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -277,9 +282,12 @@ def main(argv=None) -> int:
                         help="where the scratch folder for the dumps is made (default: the system's temporary folder)")
     parser.add_argument("--one", nargs=2, metavar=("SIZE", "MODE"), help=argparse.SUPPRESS)
     parser.add_argument("--dump-root", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--compile", action="store_true",
+                        help="the model under torch.compile (inductor), with and without the debugger")
     parser.add_argument("--tool", default="msprobe_lite", choices=["msprobe_lite", "msprobe"],
                         help="msprobe = the reference tool, for a side-by-side figure")
     args = parser.parse_args(argv)
+    COMPILE[0] = args.compile
     if args.one:
         size, mode = args.one
         steps = args.steps or DEFAULT_STEPS[size]
@@ -309,7 +317,7 @@ def main(argv=None) -> int:
         print(f"{r['size']:<6} {r['mode']:<6} {r['median_ms']:>10.2f} {r.get('slowdown', 1.0):>8.2f}x "
               f"{r['mean_ms']:>9.2f} {r['full_gc']:>9} {r.get('records_per_step', 0):>13} "
               f"{r.get('bytes_per_step', 0) / 1024:>9.1f}")
-    meta = {"tool": args.tool, "interleaved": not args.fresh and args.tool == "msprobe_lite",
+    meta = {"tool": args.tool, "interleaved": not args.fresh and args.tool == "msprobe_lite", "compile": args.compile,
             "torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
             "machine": platform.machine(), "cpus": os.cpu_count()}
     with open(args.out, "w") as f:
