@@ -68,3 +68,20 @@ def leave_spawned_worker() -> None:
     (the main thread joins gloo's worker holding the GIL, which the worker needs to free a Python object of a
     finished work), or an abort ("terminate called without an active exception"). Neither is under test."""
     os._exit(0)
+
+
+def deterministic_compiled_runs():
+    """Body of the compiled tests' autouse fixture. Inductor's CPU backward of an embedding adds with atomics,
+    whose order varies from run to run: deterministic algorithms make a compiled run reproducible, so that
+    "bitwise as without the debugger" is a claim about the debugger. Dynamo's compiler is unwrapped first
+    (compiled_capture.py: a debugger of an earlier test that never finished leaves it wrapped), so that the
+    runs without a debugger compile graphs without statistics."""
+    import torch
+
+    from msprobe_lite.pytorch import compiled_capture
+    compiled_capture.ACTIVE.clear()
+    compiled_capture.uninstall()
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before)

@@ -38,3 +38,9 @@ class Net(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(self.norm(x))
+
+
+def batch():
+    """Seeded tokens and targets for Net: 2 sequences of 6."""
+    gen = torch.Generator().manual_seed(7)
+    return torch.randint(0, 32, (2, 6), generator=gen), torch.randint(0, 32, (2, 6), generator=gen)

@@ -15,33 +15,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
-from helpers import assert_stats, data, load
+from helpers import assert_stats, data, deterministic_compiled_runs, load
 
-from lm import Net
+from lm import Net, batch
 
-from msprobe_lite.pytorch import PrecisionDebugger, compiled_capture
+from msprobe_lite.pytorch import PrecisionDebugger
 
 STEPS = 3
 
 
 @pytest.fixture(autouse=True)
 def deterministic():
-    """Inductor's CPU backward of an embedding adds with atomics, whose order varies from run to run: two
-    compiled runs without the debugger can differ in the last bits. Deterministic algorithms make the compiled
-    run reproducible, so that "bitwise as without the debugger" is a claim about the debugger. Dynamo's compiler
-    is unwrapped first (compiled_capture.py: a debugger of an earlier test that never finished leaves it
-    wrapped), so that the runs without a debugger compile graphs without statistics."""
-    compiled_capture.ACTIVE.clear()
-    compiled_capture.uninstall()
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    yield
-    torch.use_deterministic_algorithms(before)
-
-
-def batch():
-    gen = torch.Generator().manual_seed(7)
-    return torch.randint(0, 32, (2, 6), generator=gen), torch.randint(0, 32, (2, 6), generator=gen)
+    yield from deterministic_compiled_runs()
 
 
 def train(how, debugger=None, steps=STEPS, later=None, give="model"):

@@ -15,9 +15,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
-from helpers import assert_stats, data, load
+from helpers import assert_stats, data, deterministic_compiled_runs, load
 
-from lm import Net
+from lm import Net, batch
 
 from msprobe_lite.compare import compare
 from msprobe_lite.pytorch import PrecisionDebugger, compiled_capture
@@ -25,20 +25,7 @@ from msprobe_lite.pytorch import PrecisionDebugger, compiled_capture
 
 @pytest.fixture(autouse=True)
 def deterministic():
-    """As in test_pytorch_compiled.py: a compiled run without the debugger is reproducible only so. Dynamo's
-    compiler is unwrapped first (a debugger of an earlier test that never finished leaves it wrapped), so that
-    the runs without a debugger compile graphs without statistics."""
-    compiled_capture.ACTIVE.clear()
-    compiled_capture.uninstall()
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    yield
-    torch.use_deterministic_algorithms(before)
-
-
-def batch():
-    gen = torch.Generator().manual_seed(7)
-    return torch.randint(0, 32, (2, 6), generator=gen), torch.randint(0, 32, (2, 6), generator=gen)
+    yield from deterministic_compiled_runs()
 
 
 def train(path=None, level=None, backend="inductor", make=Net, steps=1):
