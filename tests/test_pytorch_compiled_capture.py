@@ -159,14 +159,18 @@ def test_a_compiler_only_fault_is_named_as_the_first_divergence(tmp_path):
     assert pair["counts"]["error"] == 1
 
 
-class Broken(nn.Module):
-    """A graph break in the middle of forward, and a call of an aten operator, no API of the list."""
+class Layers(nn.Module):
+    """An embedding and two linears, for forwards that use them in odd ways."""
 
     def __init__(self, vocab=32, d=8):
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.a = nn.Linear(d, d)
         self.b = nn.Linear(d, vocab)
+
+
+class Broken(Layers):
+    """A graph break in the middle of forward, and a call of an aten operator, no API of the list."""
 
     def forward(self, tokens):
         x = torch.tanh(self.a(self.embed(tokens)))
@@ -196,14 +200,8 @@ def test_a_graph_break_and_an_unmapped_call(tmp_path):
     assert_stats(compiled["Tensor.add.0.forward"]["output"][0], x + x * x)
 
 
-class InPlace(nn.Module):
+class InPlace(Layers):
     """Writes in place inside the compiled graph: `z[:, 0] = 0`, `z.add_(1)`."""
-
-    def __init__(self, vocab=32, d=8):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, d)
-        self.a = nn.Linear(d, d)
-        self.b = nn.Linear(d, vocab)
 
     def forward(self, tokens):
         z = self.a(self.embed(tokens)).clone()
