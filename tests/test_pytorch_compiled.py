@@ -144,7 +144,7 @@ def test_the_uncompiled_module_or_no_model_given_trains_compiled_and_bitwise(tmp
     said = [m for m in messages if "torch.compile" in m]
     assert said == ["the model Net is compiled by torch.compile: " + (
         "its inside is not recorded, only parameter gradients; training is unchanged" if level == "L0" else
-        "its graphs' API calls recorded (forward), not its modules; training unchanged")], messages
+        "its graphs' API calls recorded, not its modules; training unchanged")], messages
     assert not [m for m in messages if "internal failure" in m]
     names = list(data(tmp_path, STEPS - 1))
     assert names and not [n for n in names if "_orig_mod" in n or "OptimizedModule" in n]

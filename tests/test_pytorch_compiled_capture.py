@@ -132,6 +132,52 @@ def test_compiled_training_stays_bitwise_with_the_capture(tmp_path, level):
     assert ("Functional.linear.8.forward" in names) == (level != "L0")
 
 
+def backward_apis(dump):
+    return [n for n in dump if not n.startswith("Module.") and n.endswith(".backward")]
+
+
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+def test_the_backward_of_compiled_code_is_recorded_as_in_eager_mode(tmp_path, backend):
+    """Each API call's backward record: the gradients of its outputs (`input`) and of its inputs (`output`),
+    computed by the compiled backward, named as in eager mode and equal to autograd's own gradients."""
+    train(tmp_path / "compiled", "mix", backend=backend)
+    train(tmp_path / "eager", "mix", backend=None)
+    compiled, eager = data(tmp_path / "compiled"), data(tmp_path / "eager")
+    assert set(backward_apis(compiled)) == set(backward_apis(eager))
+    assert len(backward_apis(compiled)) >= 30
+    # the gradients, computed here by autograd on the seeded model
+    tokens, target = batch()
+    torch.manual_seed(0)
+    ref = Net()
+    h = ref.norm(ref.blocks[1](ref.blocks[0](ref.embed(tokens))))
+    h.retain_grad()
+    logits = ref.head(h)
+    logits.retain_grad()
+    F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
+    head = compiled["Functional.linear.8.backward"]
+    assert_stats(head["input"][0], logits.grad)  # the graph returns logits: a hook on it reads this one
+    assert_stats(head["output"][0], h.grad)
+    assert_stats(head["output"][1], ref.head.weight.grad)
+    assert_stats(head["output"][2], ref.head.bias.grad)
+    assert_stats(compiled["Functional.embedding.0.backward"]["output"][1], ref.embed.weight.grad)
+    # every gradient the eager dump has, the compiled dump has too, with the same statistics
+    checked = 0
+    for name in backward_apis(eager):
+        for part in ("input", "output"):
+            for got, want in zip(compiled[name][part], eager[name][part]):
+                assert (got is None) == (want is None), (name, part)
+                if got is not None and want.get("Norm") is not None:
+                    for key in ("Max", "Min", "Mean", "Norm"):
+                        assert math.isclose(got[key], want[key], rel_tol=1e-4, abs_tol=1e-6), (name, part, key)
+                    checked += 1
+    assert checked >= 60
+    if backend == "inductor":  # the backward's parents are the modules' backward records, as in eager mode
+        c_construct = load(tmp_path / "compiled", name="construct.json")
+        e_construct = load(tmp_path / "eager", name="construct.json")
+        for name in backward_apis(compiled):
+            assert c_construct[name] == e_construct[name], name
+
+
 def test_the_aot_eager_backend_is_captured_too(tmp_path):
     base = train(backend="aot_eager")
     run = train(tmp_path, "L1", backend="aot_eager")
@@ -190,7 +236,7 @@ def test_a_graph_break_and_an_unmapped_call(tmp_path):
     assert [n for n in forward_apis(compiled) if not n.startswith("Unmapped.")] == forward_apis(eager)
     assert "Tensor.add.0.forward" in compiled and "Torch.tanh.0.forward" in compiled
     unmapped = [n for n in compiled if n.startswith("Unmapped.")]
-    assert unmapped == ["Unmapped.mul.Tensor.0.forward"]
+    assert unmapped == ["Unmapped.mul.Tensor.0.forward", "Unmapped.mul.Tensor.0.backward"]
     tokens, _ = batch()
     with torch.no_grad():
         torch.manual_seed(0)
@@ -259,3 +305,43 @@ def test_dynamic_shapes_have_their_sizes_and_statistics(tmp_path):
         dump = data(tmp_path, step)
         assert_stats(dump["Functional.linear.8.forward"]["output"][0], out)
         assert dump["Functional.embedding.0.forward"]["input_args"][0]["shape"] == list(tokens.shape)
+
+
+def test_compiled_records_have_the_users_source_lines(tmp_path):
+    """stack.json of a compiled dump: the line inside the compiled code (from the compiler's metadata), then the
+    training loop's line that called the compiled model, as in an eager dump."""
+    train(tmp_path, "L1")
+    stacks = load(tmp_path, name="stack.json")
+    frames = {name: entry[1] for entry in stacks.values() for name in entry[0]}
+    softmax = frames["Torch.softmax.0.forward"]
+    assert "lm.py" in softmax[0] and "scores = torch.softmax(" in softmax[0], softmax
+    assert any("test_pytorch_compiled_capture.py" in f and "model(tokens)" in f for f in softmax[1:]), softmax
+    assert not any("/torch/" in f or "msprobe_lite" in f for f in softmax), softmax
+    assert "x = self.embed(tokens)" in frames["Functional.embedding.0.forward"][0]
+
+
+def test_graphs_compiled_before_the_debugger_are_said(tmp_path, caplog):
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = torch.compile(Net())
+    tokens, _ = batch()
+    model(tokens)  # compiled now, without statistics
+    dbg = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    with caplog.at_level("WARNING", logger="msprobe_lite"):
+        dbg.start(model=model)
+        model(tokens)
+        dbg.stop()
+        dbg.step()
+    said = [r.getMessage() for r in caplog.records if "before the debugger started" in r.getMessage()]
+    assert said == ["1 graph(s) compiled by torch.compile before the debugger started: calls inside them are not "
+                    "recorded. Start the debugger before the first compiled call"], said
+
+
+def test_statistics_left_on_the_device_give_the_same_dump(tmp_path, monkeypatch):
+    """On a GPU the compiled statistics stay on the device until the step is written (no synchronisation per
+    graph run): that route, taken here on CPU, writes the same dump as reading them at once."""
+    train(tmp_path / "now", "mix")
+    monkeypatch.setattr(compiled_capture, "reads_now", lambda rows, dynamic: dynamic)
+    train(tmp_path / "pending", "mix")
+    assert data(tmp_path / "pending") == data(tmp_path / "now")

@@ -74,9 +74,7 @@ class StackCollector:
         key = id(code)
         skip = self._skip_code.get(key)
         if skip is None:
-            filename = code.co_filename
-            skip = filename.startswith("<frozen") or (
-                os.path.abspath(filename).startswith(self._skip_prefixes) if self._skip_prefixes else False)
+            skip = not self.is_user_file(code.co_filename)
             self._skip_code[key] = skip
             self._codes[key] = code
         return skip
@@ -148,6 +146,33 @@ class StackCollector:
         return [f"File {codes[c].co_filename}, line {line}, in {codes[c].co_name}, \n "
                 f"{linecache.getline(codes[c].co_filename, line).strip() if line is not None else ''}"
                 for c, line in key]
+
+    def is_user_file(self, filename: str) -> bool:
+        """Whether frames of `filename` are the user's (shown in stacks)."""
+        return not (filename.startswith("<frozen") or (
+            os.path.abspath(filename).startswith(self._skip_prefixes) if self._skip_prefixes else False))
+
+    def outer_walk(self, frame) -> tuple:
+        """The key of the user's frames from `frame` outwards, for file_inside()."""
+        return self._walk(frame)
+
+    def file_inside(self, name: str, inner: tuple, walk: tuple, frame) -> None:
+        """Files `name` (a call inside compiled code) under `inner`, its frames there ((file, line, function,
+        source) innermost first, from the compiler's metadata), then the user's frames around the compiled
+        call (`walk`, from outer_walk(frame)), less the compiled function's own frame."""
+        key = ("inside", inner, walk)
+        index = self._stack_ids.get(key)
+        if index is None:
+            top = (inner[-1][0], inner[-1][2]) if inner else None
+            outer = [(c, line) for c, line in self._lines(frame)
+                     if (self._codes[c].co_filename, self._codes[c].co_name) != top]
+            frames = [f"File {file}, line {line}, in {function}, \n {source}" for file, line, function, source in inner]
+            index = self._stack_ids[key] = len(self._entries)
+            self._entries.append([[], frames + self._format(tuple(outer))])
+        entry = self._entries[index]
+        if not entry[0]:
+            self._touched.append(entry)
+        entry[0].append(name)
 
     def unfile(self, name: str) -> None:
         """Takes `name` back out of the stacks of this step (a call that raised): the latest filing. A stack

@@ -28,7 +28,7 @@ SCRIPTED = "scripted"
 COMPILED_MESSAGE = ("%s is compiled by torch.compile: its inside is not recorded, only parameter gradients; "
                     "training is unchanged")
 # at L1 and mix, where compiled_capture.py records the API calls of the graphs
-CAPTURED_MESSAGE = ("%s is compiled by torch.compile: its graphs' API calls recorded (forward), not its modules;"
+CAPTURED_MESSAGE = ("%s is compiled by torch.compile: its graphs' API calls recorded, not its modules;"
                     " training unchanged")
 FALLBACK_MESSAGE = ("a function compiled by torch.compile ran eagerly (level %s: dynamo cannot trace the API "
                     "capture): its numbers may differ. Compile its module or dump at L0")

@@ -12,15 +12,17 @@ outputs are those of the same compiled program without the debugger: the statist
 (detached, never written), so inductor computes every user value with the same code (tests check bitwise).
 
 A call of the graph that is no API of the list but a torch operation on tensors is recorded as
-`Unmapped.{target}.{n}.forward`: never dropped silently. Not recorded: the backward of compiled code (one
-compiled backward graph, whose calls have no source call of the user's), graphs compiled before the first
-start() at L1/mix (dynamo's cache keeps them), and tensor files (statistics only).
+`Unmapped.{target}.{n}.forward`: never dropped silently. Backward records come from the compiled backward
+(compiled_backward.py). Not recorded: graphs compiled before the first start() at L1/mix (dynamo's cache keeps
+them: said once), and tensor files (statistics only). On a device, the statistics stay there until the step is
+written (one transfer a step), except for graphs with dynamic sizes, whose records need the sizes at once.
 Dynamo calls `OutputGraph.call_user_compiler` for every graph (graph breaks and recompilations included):
 that method is wrapped while a debugger at L1 or mix lives; graphs compiled then carry their statistics
 output for good, and hand it to a debugger only while one collects (ACTIVE).
 """
 from __future__ import annotations
 
+import copy
 import operator
 import re
 import sys
@@ -29,9 +31,10 @@ from threading import get_ident
 
 import torch
 
-from ..core.naming import module_record
-from ..core.records import NO_STATS, Record, TensorSummary
-from ..core.safety import guarded, report_failure
+from ..core.naming import BACKWARD, module_record
+from ..core.records import NO_STATS, PendingStats, Record, TensorSummary
+from ..core.safety import guarded, log, report_failure
+from . import compiled_backward
 
 UNMAPPED = "Unmapped"
 FORWARD = "forward"
@@ -124,10 +127,39 @@ class _Plan:
         self.slots = {}  # (node, index or None) -> slot
         self.stats = []  # the statistics nodes, in order: slots are offsets in their concatenation
         self.width = 0
+        self.dynamic = False  # some recorded tensor has dynamic sizes (read with the statistics)
+        self.frames = []  # per call: its source frames inside the compiled code, innermost first
+        self.sizes = []  # per call: (tensors it takes, tensors it returns): its backward record's lengths
+        self.grads = {}  # (node, index) -> [(call, key, index)]: where each tensor's gradient goes
+        self.taps = []  # per tap id: (places, dtype, shape) (compiled_backward.add_taps)
+        self.id = None  # the id of the taps' plan in compiled_backward.PLANS, if it has taps
+        self.run = None  # the latest forward run's _Run, while a debugger records it
+        self.returned = []  # (output position, tap id): returned tensors whose gradient a hook reads
 
 
-def instrument(gm, table, encode_constant):
-    """Adds the statistics output to `gm` in place; returns the _Plan, or None when nothing is recorded."""
+def _tensor_key(node, index):
+    """One key per tensor of the graph: an item of a tuple-valued call is (call, index), however reached."""
+    if index is None and node.op == "call_function" and node.target is operator.getitem \
+            and isinstance(node.args[0], torch.fx.Node) and isinstance(_fake(node.args[0]), (tuple, list)) \
+            and isinstance(node.args[1], int):
+        return node.args[0], node.args[1]
+    return node, index
+
+
+class _Run:
+    """One forward run of a graph: its calls' names and parents, and the backward records made from them."""
+
+    __slots__ = ("names", "parents", "backward")
+
+    def __init__(self, names, parents):
+        self.names = names
+        self.parents = parents
+        self.backward = {}  # call index -> its backward record
+
+
+def instrument(gm, table, encode_constant, backward=False, frames_of=None):
+    """Adds the statistics output to `gm` in place (and with `backward`, the taps of compiled_backward.py);
+    returns the _Plan, or None when nothing is recorded. `frames_of(node)` gives a call's source frames."""
     graph = gm.graph
     output = next(n for n in graph.nodes if n.op == "output")
     if not isinstance(output.args[0], (tuple, list)):
@@ -179,9 +211,13 @@ def instrument(gm, table, encode_constant):
             plan.stats.append(row)
         return plan.slots[key]
 
+    seen = []  # the tensors of the call's inputs or outputs, in order: (node, index), or None (not tapped)
+
     def leaf(value, node=None, index=None, at=None):
         fake = _fake(node) if index is None else _fake(node)[index]
         shape = tuple(int(d) if isinstance(d, int) else None for d in fake.shape)
+        plan.dynamic = plan.dynamic or None in shape
+        seen.append(_tensor_key(node, index) if at is None else None)
         return ("t", slot(node, index, at), str(fake.dtype), shape, bool(fake.requires_grad))
 
     def template(value):
@@ -214,13 +250,28 @@ def instrument(gm, table, encode_constant):
             out = [leaf(None, node, i) if _is_tensor(v) else template(v) for i, v in enumerate(fake)]
         else:
             out = [template(fake)]
+        outs = list(seen)
+        seen.clear()
         parent = module_calls(node, plan, instances)
         args, kwargs = as_dispatched(node)
         reading[0] = node if writes else None
         plan.calls.append((key, template(list(args)), template(dict(kwargs)), out, parent))
         reading[0] = None
+        ins = list(seen)
+        seen.clear()
+        k = len(plan.calls) - 1
+        plan.sizes.append((len(ins), len(outs)))
+        plan.frames.append(frames_of(node) if frames_of is not None else ())
+        for what, tensors in (("output", ins), ("input", outs)):
+            for i, tensor in enumerate(tensors):
+                if tensor is not None:
+                    plan.grads.setdefault(tensor, []).append((k, what, i))
     if not plan.calls:
         return None
+    if backward:
+        original = set(nodes)
+        inserted = set(plan.stats) | {row.args[0] for row in plan.stats if row.args[0] not in original}
+        compiled_backward.add_taps(graph, plan, _fake, inserted)
     with graph.inserting_before(output):
         rows = graph.call_function(torch.cat, (plan.stats,)) if plan.stats else \
             graph.call_function(torch.zeros, (0,), {"dtype": torch.float64})
@@ -318,7 +369,7 @@ def wrap(compiled, plan):
     """The compiled function without its statistics output, which goes to the collecting debugger."""
     def run(*args, **kwargs):
         out = compiled(*args, **kwargs)
-        deliver(plan, out[-1])
+        deliver(plan, out)
         return out[:-1]
     if getattr(compiled, "_boxed_call", False):  # called with one list that it empties, as `compiled` is
         run._boxed_call = True
@@ -345,17 +396,43 @@ def _value(leaf, rows):
     return TensorSummary("torch.Tensor", dtype, shape, stats, requires_grad)
 
 
-def _fill(template, rows):
+def _fill(template, read):
     if isinstance(template, tuple):
-        return _value(template, rows)
+        return read(template)
     if isinstance(template, list):
-        return [_fill(v, rows) for v in template]
+        return [_fill(v, read) for v in template]
     if isinstance(template, dict) and "type" not in template:
-        return {k: _fill(v, rows) for k, v in template.items()}
+        return {k: _fill(v, read) for k, v in template.items()}
     return template
 
 
-def deliver(plan, rows) -> None:
+def reads_now(rows, dynamic) -> bool:
+    """Whether statistics rows are read at once (on CPU, or with dynamic sizes), else left pending."""
+    return rows.is_cpu or dynamic
+
+
+def _reader(plan, rows, session):
+    """Turns a tensor's template into its TensorSummary: from the values on CPU (and where sizes are dynamic),
+    else left on the device as PendingStats until the step is written (no synchronisation per graph run)."""
+    if reads_now(rows, plan.dynamic):
+        values = rows.detach().cpu().tolist()
+        return lambda leaf: _value(leaf, values)
+    pending = session.pending
+
+    def read(leaf):
+        _, slot, dtype, shape, requires_grad = leaf
+        if slot is None:
+            return TensorSummary("torch.Tensor", dtype, shape, NO_STATS, requires_grad)
+        summary = TensorSummary("torch.Tensor", dtype, shape, None, requires_grad)
+        kind = "bool" if dtype == "torch.bool" else "int" if "int" in dtype else "float"
+        pending.append(PendingStats(rows[slot:slot + STATS_WIDTH], kind, summary))
+        return summary
+    return read
+
+
+def deliver(plan, out) -> None:
+    """A run of the graph returned `out` (its statistics last)."""
+    plan.run = None  # a backward from now on follows this run: named after it only if it is recorded
     if not ACTIVE:
         return
     capture = ACTIVE[-1]
@@ -363,15 +440,17 @@ def deliver(plan, rows) -> None:
     if not session.forward_on or session.thread != get_ident():
         return
     try:
-        record_calls(capture, plan, rows)
+        with capture.recorder._quiet():
+            record_calls(capture, plan, out[-1])
+            if plan.run is not None and plan.returned:
+                compiled_backward.hook_returned(plan, out, _on_gradient)
     except Exception as exc:  # noqa: BLE001 - never break the user's step
         report_failure("compiled capture", exc, site="compiled_capture.deliver")
 
 
 def record_calls(capture, plan, rows) -> None:
     session, recorder = capture.session, capture.recorder
-    with recorder._quiet():
-        values = rows.detach().cpu().tolist()
+    read = _reader(plan, rows, session)
     counters, flt, filtered = session.counters, session.filter, recorder.filtered
     outer = capture.modules.current() if capture.modules is not None else None
     parent = outer.name if outer is not None else None
@@ -385,10 +464,18 @@ def record_calls(capture, plan, rows) -> None:
             names.append(name)
             if recorder.parents:
                 session.construct[name] = names[up] if up is not None else parent
-    for (key, args, kwargs, out, up) in plan.calls:
+    stacks = session.stacks if recorder.extra else None
+    if stacks is not None:
+        frame = sys._getframe()
+        walk = stacks.outer_walk(frame)
+    run = _Run([], [])
+    for (key, args, kwargs, out, up), inner in zip(plan.calls, plan.frames):
         n = counters.get(key, 0)
         counters[key] = n + 1
         name = f"{key[0]}.{key[1]}.{n}.{FORWARD}"
+        up_name = names[up] if up is not None and names else parent
+        run.names.append(name)
+        run.parents.append(up_name)
         if filtered:
             flt.on_start(name)
             if not flt.wants(name):
@@ -396,29 +483,62 @@ def record_calls(capture, plan, rows) -> None:
                 continue
         record = Record(name)
         if recorder.inputs:
-            record.data["input_args"], record.data["input_kwargs"] = _fill(args, values), _fill(kwargs, values)
+            record.data["input_args"], record.data["input_kwargs"] = _fill(args, read), _fill(kwargs, read)
         if recorder.outputs:
-            record.data["output"] = _fill(out, values)
+            record.data["output"] = _fill(out, read)
         if recorder.parents:
-            session.construct[name] = names[up] if up is not None and names else parent
+            session.construct[name] = up_name
         if not session.numbers or record.data:
             session.records[name] = record
             session.dirty = True
+            if stacks is not None:
+                stacks.file_inside(name, inner, walk, frame)
         if filtered:
             flt.on_end(name)
+    if plan.id is not None:
+        plan.run = run
+
+
+def _on_gradient(stats, plan_id, tap_id) -> None:
+    if not ACTIVE:
+        return
+    capture = ACTIVE[-1]
+    try:
+        with capture.recorder._quiet():
+            compiled_backward.on_gradient(capture, stats, plan_id, tap_id)
+    except Exception as exc:  # noqa: BLE001 - never break the user's backward
+        report_failure("compiled backward capture", exc, site="compiled_capture._on_gradient")
+
+
+compiled_backward._SINK["on_gradient"] = _on_gradient
+
+
+_TRACE_LINE = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)\n([^\n]*)')
+
+
+def frames_of(node, is_user_file) -> tuple:
+    """A graph call's source frames from dynamo's metadata (`stack_trace`, outermost first), as (file, line,
+    function, source) innermost first, the user's files only."""
+    trace = node.meta.get("stack_trace") or ""
+    found = [(file, int(line), function.strip(), source.strip())
+             for file, line, function, source in _TRACE_LINE.findall(trace) if is_user_file(file)]
+    return tuple(reversed(found))
 
 
 def _call_user_compiler(self, gm, example_inputs):
     original = _state["original"]
-    plan = None
-    if _state.get("keep"):
-        try:
-            plan = instrument(gm, _state["table"], _state["encode"])
-        except Exception as exc:  # noqa: BLE001 - the graph is compiled as it came
-            report_failure("compiled capture", exc, site="compiled_capture.instrument")
-            plan = None
-    compiled = original(self, gm, example_inputs)
-    return wrap(compiled, plan) if plan is not None else compiled
+    if not _state.get("keep"):
+        return original(self, gm, example_inputs)
+    graph = copy.deepcopy(gm.graph)  # the graph as it came: compiled if ours fails
+    try:
+        plan = instrument(gm, _state["table"], _state["encode"], _state["backward"], _state["frames"])
+        if plan is not None:
+            return wrap(original(self, gm, example_inputs), plan)
+    except Exception as exc:  # noqa: BLE001 - the graph is compiled as it came
+        report_failure("compiled capture", exc, site="compiled_capture.instrument")
+    gm.graph = graph
+    gm.recompile()
+    return original(self, gm, example_inputs)
 
 
 @guarded("start()")
@@ -435,10 +555,28 @@ def install(capture) -> bool:
     if _state["original"] is None:
         _state["original"], _state["owner"] = owner.call_user_compiler, owner
         owner.call_user_compiler = _call_user_compiler
+        _said_compiled_before()
+    session = capture.session
     _state["table"] = capture.table
     _state["encode"] = _constant_encoder(capture)
+    _state["backward"] = BACKWARD in session.filter.directions
+    stacks = session.stacks
+    _state["frames"] = lambda node: frames_of(node, stacks.is_user_file)
     _state["keep"] = True
     return True
+
+
+EARLY_MESSAGE = ("%d graph(s) compiled by torch.compile before the debugger started: calls inside them are not "
+                 "recorded. Start the debugger before the first compiled call")
+
+
+def _said_compiled_before() -> None:
+    """Graphs that dynamo compiled before the compiler was wrapped run from its cache without statistics:
+    said once, not silently missing."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    count = getattr(utils, "counters", {}).get("stats", {}).get("unique_graphs", 0) if utils is not None else 0
+    if count:
+        log.warning(EARLY_MESSAGE, count)
 
 
 def _constant_encoder(capture):

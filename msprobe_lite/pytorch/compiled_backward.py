@@ -1,0 +1,245 @@
+"""Backward records of the API calls inside torch.compile'd graphs (issue 31), their statistics computed by
+the compiled backward.
+
+Eager mode hooks each call's input and output tensors: the gradient that reaches them is the backward
+record's `output` (inputs) and `input` (outputs). A compiled backward is one program with no hook inside, so
+each such tensor of the forward graph goes through a `tap` before its uses: an identity autograd Function
+(a view of the tensor, no copy) whose backward hands the gradient on unchanged and passes its statistics, a
+float64 vector computed by the backward program, to `gradient_stats`, a custom op registered as having a side
+effect (so the compiler keeps it and keeps its order). AOTAutograd traces the tap's backward into the
+backward graph with the user's gradients: the gradients themselves are those of the program without taps
+(tests check bitwise). A backend that does not trace (eager) runs the tap as it is, with the same records.
+
+The tap's gradient is the tensor's whole gradient (the sum over its uses, as eager's hook sees it). A tensor
+that the graph returns and uses for nothing else gets its gradient from outside the graph: a tensor hook on
+the returned tensor reads it (`hook_returned`). Not in a record (left null): a tensor written in place in the
+graph (or an alias of one: a view of the tap may not be written), and a tensor the graph both returns and uses.
+The backward of a graph is named after the graph's latest forward run (micro-batches run forward, then
+backward, each in turn).
+"""
+from __future__ import annotations
+
+import operator
+from threading import Lock
+
+import torch
+
+from ..core.naming import counterpart
+from ..core.records import PendingStats, Record, TensorSummary
+from ..core.safety import report_failure
+
+PLANS = []  # every instrumented graph's plan, by its id in the taps' arguments (graphs live for the process)
+_lock = Lock()  # the backward of a GPU graph runs on autograd's device thread
+_SINK = {"on_gradient": None}  # compiled_capture's receiver, set when it imports this module
+
+
+def _stats(g):
+    """The gradient's statistics as one float64 vector, traced into the backward (compiled_capture's
+    `stats_of`, or `stats_of_sized` for dynamic sizes)."""
+    from . import compiled_capture  # noqa: PLC0415 - it imports this module
+    sized = not all(isinstance(d, int) for d in g.shape)
+    return compiled_capture.stats_of_sized(g) if sized else compiled_capture.stats_of(g)
+
+
+def _register():
+    """The side-effect op, or None where this PyTorch has no public way to declare one (no backward records)."""
+    custom_op = getattr(torch.library, "custom_op", None)
+    effect = getattr(getattr(torch.library, "EffectType", None), "ORDERED", None)
+    if custom_op is None or effect is None:
+        return None
+
+    @custom_op("msprobe_lite::gradient_stats", mutates_args=())
+    def gradient_stats(stats: torch.Tensor, plan: int, tap: int) -> None:
+        receiver = _SINK["on_gradient"]
+        if receiver is not None:
+            receiver(stats, plan, tap)
+
+    @gradient_stats.register_fake
+    def _(stats, plan, tap):
+        return None
+
+    if not callable(getattr(gradient_stats, "register_effect", None)):
+        return None
+    gradient_stats.register_effect(effect)
+    return torch.ops.msprobe_lite.gradient_stats
+
+
+try:
+    GRADIENT_STATS = _register()
+except Exception as exc:  # noqa: BLE001 - no backward records, compiled training unchanged
+    report_failure("compiled backward capture", exc, site="compiled_backward._register")
+    GRADIENT_STATS = None
+
+
+class Tap(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, plan, tap):
+        ctx.where = (plan, tap)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if grad is not None:
+            GRADIENT_STATS(_stats(grad), *ctx.where)
+        return grad, None, None
+
+
+def tap(x, plan, tap_id):
+    return Tap.apply(x, plan, tap_id)
+
+
+def add_taps(graph, plan, fake_of, inserted) -> None:
+    """Puts a tap on each tensor of `plan.grads` ((node, index) -> places) that may get a gradient and is
+    safe to tap (see the module's doc); fills plan.taps ([places, dtype, shape] per tap id)."""
+    if GRADIENT_STATS is None or not plan.grads:
+        return
+    nodes = list(graph.nodes)
+    output = next(n for n in nodes if n.op == "output")
+    returned = set(_nodes_in(output.args))
+    positions = {n: i for i, n in enumerate(output.args[0]) if isinstance(n, torch.fx.Node)}
+    written = _written_storages(nodes, fake_of)
+    last_placeholder = max((n for n in nodes if n.op == "placeholder"), key=nodes.index, default=None)
+    plan.id = len(PLANS)
+    for (node, index), places in plan.grads.items():
+        fake = fake_of(node) if index is None else fake_of(node)[index]
+        if not isinstance(fake, torch.Tensor) or not fake.requires_grad or _storage(fake) in written:
+            continue
+        users = [node] if index is None else [u for u in node.users if u not in inserted
+                                              and u.target is operator.getitem and u.args[1] == index]
+        tap_id = len(plan.taps)
+        shape = tuple(int(d) if isinstance(d, int) else None for d in fake.shape)
+        if not users:
+            continue
+        if any(u in returned for u in users):
+            # its gradient comes from outside the graph: hooked on the returned tensor, where the graph uses
+            # it for nothing else (else the hook would see a part of its gradient)
+            if len(users) == 1 and users[0] in positions and all(
+                    u in inserted or u.op == "output" for u in users[0].users):
+                plan.returned.append((positions[users[0]], tap_id))
+                plan.taps.append((places, str(fake.dtype), shape))
+            continue
+        anchor = last_placeholder if node.op == "placeholder" else node
+        with graph.inserting_after(anchor):
+            source = node if index is None else graph.call_function(operator.getitem, (node, index))
+        with graph.inserting_after(source):
+            tapped = graph.call_function(tap, (source, plan.id, tap_id))
+        tapped.meta["example_value"] = fake
+        if source is not node:
+            source.meta["example_value"] = fake
+            inserted.add(source)
+        inserted.add(tapped)
+        for user in users:
+            user.replace_all_uses_with(tapped, delete_user_cb=lambda u: u not in inserted and u.op != "output")
+        plan.taps.append((places, str(fake.dtype), shape))
+    if plan.taps:
+        PLANS.append(plan)
+    else:
+        plan.id = None
+
+
+def _nodes_in(value):
+    if isinstance(value, torch.fx.Node):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _nodes_in(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _nodes_in(v)
+
+
+_INPLACE = (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv)
+
+
+def _written_storages(nodes, fake_of) -> set:
+    """The storages that a call of the graph writes in place (`x.add_()`, `x[i] = y`, `out=`)."""
+    written = set()
+    for n in nodes:
+        if n.op not in ("call_function", "call_method"):
+            continue
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        targets = []
+        if n.target in _INPLACE or (name.endswith("_") and not name.startswith("__")):
+            targets.append(n.args[0] if n.args else None)
+        targets.append(n.kwargs.get("out"))
+        for t in targets:
+            for source in _nodes_in(t):
+                fake = fake_of(source)
+                if isinstance(fake, torch.Tensor):
+                    written.add(_storage(fake))
+    return written
+
+
+def _storage(fake):
+    try:
+        return torch.multiprocessing.reductions.StorageWeakRef(fake.untyped_storage())
+    except Exception:  # noqa: BLE001 - a tensor without storage (a subclass): never matches
+        return id(fake)
+
+
+def on_gradient(capture, stats, plan_id, tap_id) -> None:
+    """A tap's gradient statistics arrived: fills the backward records of the calls that hold the tensor,
+    named after the graph's latest forward run."""
+    session = capture.session
+    if not session.step_open:
+        return
+    plan = PLANS[plan_id]
+    run = plan.run
+    if run is None:
+        return
+    places, dtype, shape = plan.taps[tap_id]
+    summary = _summary(session, stats, dtype, shape)
+    recorder = capture.recorder
+    flt = session.filter
+    with _lock:
+        for call, key, index in places:
+            record = run.backward.get(call)
+            if record is None:
+                name = counterpart(run.names[call])
+                if recorder.filtered and not flt.wants(name):
+                    continue
+                n_in, n_out = plan.sizes[call]
+                data = {}
+                if recorder.inputs:
+                    data["input"] = [None] * n_out
+                if recorder.outputs:
+                    data["output"] = [None] * n_in
+                record = run.backward[call] = session.add(Record(name, data))
+                if recorder.parents:
+                    parent = run.parents[call]
+                    session.set_parent(name, counterpart(parent) if parent is not None else None)
+            slots = record.data.get(key)
+            if slots is not None and index < len(slots):
+                slots[index] = summary
+        session.touch()
+
+
+def _summary(session, stats, dtype, shape):
+    """The gradient's TensorSummary: its statistics read now on CPU, or left on the device until the step is
+    written (PendingStats: no device synchronisation in backward)."""
+    from . import compiled_capture  # noqa: PLC0415 - one reader of statistics rows (it imports this module)
+    if compiled_capture.reads_now(stats, None in shape):
+        return compiled_capture._value(("t", 0, dtype, shape, False), stats.tolist())
+    summary = TensorSummary("torch.Tensor", dtype, shape, None, False)
+    kind = "bool" if dtype == "torch.bool" else "int" if "int" in dtype else "float"
+    session.pending.append(PendingStats(stats.clone(), kind, summary))
+    return summary
+
+
+def hook_returned(plan, outputs, receive) -> None:
+    """Hooks the graph's returned tensors that add_taps left to a hook; `receive(stats, plan, tap)`."""
+    for position, tap_id in plan.returned:
+        t = outputs[position]
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            t.register_hook(_Returned(plan.id, tap_id, receive))
+
+
+class _Returned:
+    __slots__ = ("plan", "tap", "receive")
+
+    def __init__(self, plan, tap, receive):
+        self.plan, self.tap, self.receive = plan, tap, receive
+
+    def __call__(self, grad):
+        with torch.no_grad():
+            self.receive(_stats(grad), self.plan, self.tap)
