@@ -334,8 +334,8 @@ def test_graphs_compiled_before_the_debugger_are_said(tmp_path, caplog):
         dbg.stop()
         dbg.step()
     said = [r.getMessage() for r in caplog.records if "before the debugger started" in r.getMessage()]
-    assert said == ["1 graph(s) compiled by torch.compile before the debugger started: calls inside them are not "
-                    "recorded. Start the debugger before the first compiled call"], said
+    assert said == ["1 function(s) compiled by torch.compile before the debugger started: calls inside them are "
+                    "not recorded. Start the debugger before the first compiled call"], said
 
 
 def test_statistics_left_on_the_device_give_the_same_dump(tmp_path, monkeypatch):

@@ -119,17 +119,19 @@ def add_taps(graph, plan, fake_of, inserted) -> None:
                 plan.taps.append((places, str(fake.dtype), shape))
             continue
         anchor = last_placeholder if node.op == "placeholder" else node
-        with graph.inserting_after(anchor):
-            source = node if index is None else graph.call_function(operator.getitem, (node, index))
+        with graph.inserting_after(anchor):  # a tuple's item: the graph's own getitem where it has one
+            source = node if index is None else users[0] if len(users) == 1 else \
+                graph.call_function(operator.getitem, (node, index))
         with graph.inserting_after(source):
             tapped = graph.call_function(tap, (source, plan.id, tap_id))
         tapped.meta["example_value"] = fake
-        if source is not node:
+        if source is not node and source not in users:
             source.meta["example_value"] = fake
             inserted.add(source)
         inserted.add(tapped)
         for user in users:
-            user.replace_all_uses_with(tapped, delete_user_cb=lambda u: u not in inserted and u.op != "output")
+            user.replace_all_uses_with(tapped, delete_user_cb=lambda u: u not in inserted and u.op != "output"
+                                       and u is not tapped)
         plan.taps.append((places, str(fake.dtype), shape))
     if plan.taps:
         PLANS.append(plan)

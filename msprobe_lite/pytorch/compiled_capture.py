@@ -566,15 +566,18 @@ def install(capture) -> bool:
     return True
 
 
-EARLY_MESSAGE = ("%d graph(s) compiled by torch.compile before the debugger started: calls inside them are not "
-                 "recorded. Start the debugger before the first compiled call")
+EARLY_MESSAGE = ("%d function(s) compiled by torch.compile before the debugger started: calls inside them are "
+                 "not recorded. Start the debugger before the first compiled call")
 
 
 def _said_compiled_before() -> None:
     """Graphs that dynamo compiled before the compiler was wrapped run from its cache without statistics:
     said once, not silently missing."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    count = getattr(utils, "counters", {}).get("stats", {}).get("unique_graphs", 0) if utils is not None else 0
+    frames = sys.modules.get("torch._dynamo.convert_frame")
+    try:
+        count = len(frames.output_codes.seen_ids)  # the frames compiled since the last torch._dynamo.reset()
+    except Exception:  # noqa: BLE001 - not known in this PyTorch: nothing said
+        count = 0
     if count:
         log.warning(EARLY_MESSAGE, count)
 
