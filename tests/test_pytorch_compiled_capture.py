@@ -20,7 +20,7 @@ from helpers import assert_stats, data, deterministic_compiled_runs, load
 from lm import Net, batch
 
 from msprobe_lite.compare import compare
-from msprobe_lite.pytorch import PrecisionDebugger, compiled_capture
+from msprobe_lite.pytorch import PrecisionDebugger, compiled_capture, compiled_partition
 
 
 @pytest.fixture(autouse=True)
@@ -136,11 +136,12 @@ def backward_apis(dump):
     return [n for n in dump if not n.startswith("Module.") and n.endswith(".backward")]
 
 
-@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
-def test_the_backward_of_compiled_code_is_recorded_as_in_eager_mode(tmp_path, backend):
-    """Each API call's backward record: the gradients of its outputs (`input`) and of its inputs (`output`),
-    computed by the compiled backward, named as in eager mode and equal to autograd's own gradients."""
-    train(tmp_path / "compiled", "mix", backend=backend)
+def test_the_backward_of_compiled_code_is_recorded_as_in_eager_mode(tmp_path):
+    """With a backend that runs the traced backward as it is (aot_eager), each API call's backward record: the
+    gradients of its outputs (`input`) and of its inputs (`output`), computed by the compiled backward, named as
+    in eager mode and equal to autograd's own gradients; training bitwise as without the debugger."""
+    base = train(backend="aot_eager")
+    assert_bitwise(base, train(tmp_path / "compiled", "mix", backend="aot_eager"))
     train(tmp_path / "eager", "mix", backend=None)
     compiled, eager = data(tmp_path / "compiled"), data(tmp_path / "eager")
     assert set(backward_apis(compiled)) == set(backward_apis(eager))
@@ -155,7 +156,7 @@ def test_the_backward_of_compiled_code_is_recorded_as_in_eager_mode(tmp_path, ba
     logits.retain_grad()
     F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
     head = compiled["Functional.linear.8.backward"]
-    assert_stats(head["input"][0], logits.grad)  # the graph returns logits: a hook on it reads this one
+    assert_stats(head["input"][0], logits.grad)  # the graph returns logits: its gradient comes from outside
     assert_stats(head["output"][0], h.grad)
     assert_stats(head["output"][1], ref.head.weight.grad)
     assert_stats(head["output"][2], ref.head.bias.grad)
@@ -171,11 +172,73 @@ def test_the_backward_of_compiled_code_is_recorded_as_in_eager_mode(tmp_path, ba
                         assert math.isclose(got[key], want[key], rel_tol=1e-4, abs_tol=1e-6), (name, part, key)
                     checked += 1
     assert checked >= 60
-    if backend == "inductor":  # the backward's parents are the modules' backward records, as in eager mode
-        c_construct = load(tmp_path / "compiled", name="construct.json")
-        e_construct = load(tmp_path / "eager", name="construct.json")
-        for name in backward_apis(compiled):
-            assert c_construct[name] == e_construct[name], name
+    c_construct = load(tmp_path / "compiled", name="construct.json")
+    e_construct = load(tmp_path / "eager", name="construct.json")
+    for name in backward_apis(compiled):  # parents: the modules' backward records, as in eager mode
+        assert c_construct[name] == e_construct[name], name
+
+
+def test_inductor_compiles_the_backward_as_without_the_debugger(tmp_path, monkeypatch, caplog):
+    """Inductor decides what the forward saves and how it fuses the backward from the graph it is given:
+    the statistics are kept out of those decisions (the split sees the graph as without the debugger, and the
+    backward's gradients are not read), so its backward program is the same, node for node; said once."""
+    from torch._inductor import compile_fx
+
+    splits = []
+    split = compile_fx.min_cut_rematerialization_partition
+
+    def recorded(*args, **kwargs):
+        fw, bw = split(*args, **kwargs)
+        splits.append(bw)
+        return fw, bw
+
+    monkeypatch.setattr(compile_fx, "min_cut_rematerialization_partition", recorded)
+    monkeypatch.setitem(compiled_partition._state, "said", False)
+    with torch._inductor.config.patch(force_disable_caches=True):  # both runs split, none read back
+        base = train(make=GeluNet)
+        with caplog.at_level("INFO", logger="msprobe_lite"):
+            assert_bitwise(base, train(tmp_path, "mix", make=GeluNet))
+    (without, with_debugger) = splits
+    assert plain(with_debugger) == plain(without)
+    dump = data(tmp_path)
+    assert "Torch.tanh.1.forward" in dump  # inside the graph: forward records; the loss, eager, has its backward
+    assert backward_apis(dump) == ["Functional.cross_entropy.0.backward", "Tensor.flatten.0.backward"]
+    assert [r.getMessage() for r in caplog.records if "backward of graphs" in r.getMessage()] == [
+        "the backward of graphs compiled by inductor is not recorded (reading its gradients would change "
+        "inductor's kernels); their forward is"]
+
+
+class GeluNet(Net):
+    """The test transformer with GPT-2's tanh GELU written out: a chain of small calls, each recorded."""
+
+    def __init__(self):
+        super().__init__()
+        for block in self.blocks:
+            block.mlp[1] = TanhGelu()
+
+
+class TanhGelu(nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def plain(gm):
+    """A graph as (op, target, arguments by position): equal for graphs that compute the same way."""
+    index = {}
+
+    def arg(value):
+        if isinstance(value, torch.fx.Node):
+            return index[value]
+        if isinstance(value, (tuple, list)):
+            return tuple(arg(v) for v in value)
+        return repr(value)
+
+    found = []
+    for node in gm.graph.nodes:
+        found.append((node.op, "" if node.op == "placeholder" else str(node.target), arg(node.args),
+                      tuple((k, arg(v)) for k, v in sorted(node.kwargs.items()))))
+        index[node] = len(index)
+    return found
 
 
 def test_the_aot_eager_backend_is_captured_too(tmp_path):
@@ -236,7 +299,7 @@ def test_a_graph_break_and_an_unmapped_call(tmp_path):
     assert [n for n in forward_apis(compiled) if not n.startswith("Unmapped.")] == forward_apis(eager)
     assert "Tensor.add.0.forward" in compiled and "Torch.tanh.0.forward" in compiled
     unmapped = [n for n in compiled if n.startswith("Unmapped.")]
-    assert unmapped == ["Unmapped.mul.Tensor.0.forward", "Unmapped.mul.Tensor.0.backward"]
+    assert unmapped == ["Unmapped.mul.Tensor.0.forward"]  # inductor: forward records only
     tokens, _ = batch()
     with torch.no_grad():
         torch.manual_seed(0)

@@ -1,19 +1,17 @@
-"""Backward records of the API calls inside torch.compile'd graphs (issue 31), their statistics computed by
-the compiled backward.
+"""Backward records of the API calls inside torch.compile'd graphs (issue 31).
 
 Eager mode hooks each call's input and output tensors: the gradient that reaches them is the backward
-record's `output` (inputs) and `input` (outputs). A compiled backward is one program with no hook inside, so
-each such tensor of the forward graph goes through a `tap` before its uses: an identity autograd Function
-(a view of the tensor, no copy) whose backward hands the gradient on unchanged and passes its statistics, a
-float64 vector computed by the backward program, to `gradient_stats`, a custom op registered as having a side
-effect (so the compiler keeps it and keeps its order). AOTAutograd traces the tap's backward into the
-backward graph with the user's gradients: the gradients themselves are those of the program without taps
-(tests check bitwise). A backend that does not trace (eager) runs the tap as it is, with the same records.
+record's `output` (inputs) and `input` (outputs). Inside a compiled graph the same hook is put on the same
+tensor by a node of the graph (`hook`), which AOTAutograd runs while it traces the backward: the hook's
+statistics of the gradient are computed by the backward program and handed to `gradient_stats`, a custom op
+registered as having a side effect (so it is kept, in order). A hook adds no autograd node, so the backward
+runs as without the debugger; a backend that does not trace autograd runs the hook as it is.
 
-The tap's gradient is the tensor's whole gradient (the sum over its uses, as eager's hook sees it). A tensor
-that the graph returns and uses for nothing else gets its gradient from outside the graph: a tensor hook on
-the returned tensor reads it (`hook_returned`). Not in a record (left null): a tensor written in place in the
-graph (or an alias of one: a view of the tap may not be written), and a tensor the graph both returns and uses.
+With inductor the statistics and the op do not stay: reading gradients inside the backward program changes
+how inductor fuses and orders its kernels, and gradients then differ in the last bits (compiled_partition.py
+takes them out before inductor compiles). So backward records come from backends that run the traced
+backward as it is (aot_eager, a backend of the user's that does not fuse). Not in a record (null): a tensor
+written in place in the graph, and a tuple's item that the graph does not take as one value.
 The backward of a graph is named after the graph's latest forward run (micro-batches run forward, then
 backward, each in turn).
 """
@@ -71,32 +69,33 @@ except Exception as exc:  # noqa: BLE001 - no backward records, compiled trainin
     GRADIENT_STATS = None
 
 
-class Tap(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, plan, tap):
-        ctx.where = (plan, tap)
-        return x.view_as(x)
+class _Hook:
+    """A tensor hook that hands the gradient's statistics to GRADIENT_STATS: traced into the compiled backward
+    when the backend traces autograd (AOTAutograd), run as it is otherwise."""
 
-    @staticmethod
-    def backward(ctx, grad):
+    __slots__ = ("plan", "tap")
+
+    def __init__(self, plan, tap):
+        self.plan, self.tap = plan, tap
+
+    def __call__(self, grad):
         if grad is not None:
-            GRADIENT_STATS(_stats(grad), *ctx.where)
-        return grad, None, None
+            GRADIENT_STATS(_stats(grad), self.plan, self.tap)
 
 
-def tap(x, plan, tap_id):
-    return Tap.apply(x, plan, tap_id)
+def hook(x, plan, tap_id) -> None:
+    """A node of the graph: hooks `x` when it can get a gradient (no new autograd node: the backward runs its
+    nodes in the same order as without the debugger)."""
+    if x.requires_grad:
+        x.register_hook(_Hook(plan, tap_id))
 
 
 def add_taps(graph, plan, fake_of, inserted) -> None:
-    """Puts a tap on each tensor of `plan.grads` ((node, index) -> places) that may get a gradient and is
-    safe to tap (see the module's doc); fills plan.taps ([places, dtype, shape] per tap id)."""
+    """Hooks each tensor of `plan.grads` ((node, index) -> places) that may get a gradient and is not written
+    in place; fills plan.taps ([places, dtype, shape] per tap id)."""
     if GRADIENT_STATS is None or not plan.grads:
         return
     nodes = list(graph.nodes)
-    output = next(n for n in nodes if n.op == "output")
-    returned = set(_nodes_in(output.args))
-    positions = {n: i for i, n in enumerate(output.args[0]) if isinstance(n, torch.fx.Node)}
     written = _written_storages(nodes, fake_of)
     last_placeholder = max((n for n in nodes if n.op == "placeholder"), key=nodes.index, default=None)
     plan.id = len(PLANS)
@@ -106,32 +105,12 @@ def add_taps(graph, plan, fake_of, inserted) -> None:
             continue
         users = [node] if index is None else [u for u in node.users if u not in inserted
                                               and u.target is operator.getitem and u.args[1] == index]
-        tap_id = len(plan.taps)
+        if len(users) != 1:  # a tuple's item that the graph does not take, or takes twice
+            continue
+        source = users[0]
+        with graph.inserting_after(last_placeholder if source.op == "placeholder" else source):
+            inserted.add(graph.call_function(hook, (source, plan.id, len(plan.taps))))
         shape = tuple(int(d) if isinstance(d, int) else None for d in fake.shape)
-        if not users:
-            continue
-        if any(u in returned for u in users):
-            # its gradient comes from outside the graph: hooked on the returned tensor, where the graph uses
-            # it for nothing else (else the hook would see a part of its gradient)
-            if len(users) == 1 and users[0] in positions and all(
-                    u in inserted or u.op == "output" for u in users[0].users):
-                plan.returned.append((positions[users[0]], tap_id))
-                plan.taps.append((places, str(fake.dtype), shape))
-            continue
-        anchor = last_placeholder if node.op == "placeholder" else node
-        with graph.inserting_after(anchor):  # a tuple's item: the graph's own getitem where it has one
-            source = node if index is None else users[0] if len(users) == 1 else \
-                graph.call_function(operator.getitem, (node, index))
-        with graph.inserting_after(source):
-            tapped = graph.call_function(tap, (source, plan.id, tap_id))
-        tapped.meta["example_value"] = fake
-        if source is not node and source not in users:
-            source.meta["example_value"] = fake
-            inserted.add(source)
-        inserted.add(tapped)
-        for user in users:
-            user.replace_all_uses_with(tapped, delete_user_cb=lambda u: u not in inserted and u.op != "output"
-                                       and u is not tapped)
         plan.taps.append((places, str(fake.dtype), shape))
     if plan.taps:
         PLANS.append(plan)
@@ -226,22 +205,3 @@ def _summary(session, stats, dtype, shape):
     kind = "bool" if dtype == "torch.bool" else "int" if "int" in dtype else "float"
     session.pending.append(PendingStats(stats.clone(), kind, summary))
     return summary
-
-
-def hook_returned(plan, outputs, receive) -> None:
-    """Hooks the graph's returned tensors that add_taps left to a hook; `receive(stats, plan, tap)`."""
-    for position, tap_id in plan.returned:
-        t = outputs[position]
-        if isinstance(t, torch.Tensor) and t.requires_grad:
-            t.register_hook(_Returned(plan.id, tap_id, receive))
-
-
-class _Returned:
-    __slots__ = ("plan", "tap", "receive")
-
-    def __init__(self, plan, tap, receive):
-        self.plan, self.tap, self.receive = plan, tap, receive
-
-    def __call__(self, grad):
-        with torch.no_grad():
-            self.receive(_stats(grad), self.plan, self.tap)

@@ -9,13 +9,15 @@ of the inputs and outputs of each call that is an API of apis.yaml (the graph's 
 vector, which the wrapper of the compiled function takes off before dynamo sees the outputs, and turns into
 records in graph order, numbered from the step's counters as the same calls are in eager mode. The user's
 outputs are those of the same compiled program without the debugger: the statistics only read values
-(detached, never written), so inductor computes every user value with the same code (tests check bitwise).
+(detached, never written), and inductor splits and fuses the graph as if they were not there
+(compiled_partition.py); tests check bitwise.
 
 A call of the graph that is no API of the list but a torch operation on tensors is recorded as
 `Unmapped.{target}.{n}.forward`: never dropped silently. Backward records come from the compiled backward
-(compiled_backward.py). Not recorded: graphs compiled before the first start() at L1/mix (dynamo's cache keeps
-them: said once), and tensor files (statistics only). On a device, the statistics stay there until the step is
-written (one transfer a step), except for graphs with dynamic sizes, whose records need the sizes at once.
+(compiled_backward.py), except with inductor (compiled_partition.py). Not recorded: graphs compiled before the
+first start() at L1/mix (dynamo's cache keeps them: said once), and tensor files (statistics only). On a
+device, the statistics stay there until the step is written (one transfer a step), except for graphs with
+dynamic sizes, whose records need the sizes at once.
 Dynamo calls `OutputGraph.call_user_compiler` for every graph (graph breaks and recompilations included):
 that method is wrapped while a debugger at L1 or mix lives; graphs compiled then carry their statistics
 output for good, and hand it to a debugger only while one collects (ACTIVE).
@@ -27,6 +29,7 @@ import operator
 import re
 import sys
 import types
+import weakref
 from threading import get_ident
 
 import torch
@@ -34,7 +37,7 @@ import torch
 from ..core.naming import BACKWARD, module_record
 from ..core.records import NO_STATS, PendingStats, Record, TensorSummary
 from ..core.safety import guarded, log, report_failure
-from . import compiled_backward
+from . import compiled_backward, compiled_partition
 
 UNMAPPED = "Unmapped"
 FORWARD = "forward"
@@ -134,7 +137,6 @@ class _Plan:
         self.taps = []  # per tap id: (places, dtype, shape) (compiled_backward.add_taps)
         self.id = None  # the id of the taps' plan in compiled_backward.PLANS, if it has taps
         self.run = None  # the latest forward run's _Run, while a debugger records it
-        self.returned = []  # (output position, tap id): returned tensors whose gradient a hook reads
 
 
 def _tensor_key(node, index):
@@ -385,7 +387,7 @@ def _value(leaf, rows):
         shape = tuple(int(d) for d in rows[slot + STATS_WIDTH + 1:slot + STATS_WIDTH + 1 + len(shape)])
         if numel == 0:
             slot = None
-    if slot is not None:
+    if slot is not None and rows[slot] == rows[slot]:  # NaN: a value the compiler left out (compiled_partition)
         high, low, mean, norm = rows[slot:slot + STATS_WIDTH]
         if dtype == "torch.bool":
             stats = (bool(high), bool(low), None, None)
@@ -442,8 +444,6 @@ def deliver(plan, out) -> None:
     try:
         with capture.recorder._quiet():
             record_calls(capture, plan, out[-1])
-            if plan.run is not None and plan.returned:
-                compiled_backward.hook_returned(plan, out, _on_gradient)
     except Exception as exc:  # noqa: BLE001 - never break the user's step
         report_failure("compiled capture", exc, site="compiled_capture.deliver")
 
@@ -530,15 +530,49 @@ def _call_user_compiler(self, gm, example_inputs):
     if not _state.get("keep"):
         return original(self, gm, example_inputs)
     graph = copy.deepcopy(gm.graph)  # the graph as it came: compiled if ours fails
+    fusing = _state.setdefault("fusing", weakref.WeakSet())  # the backends that proved to compile with inductor
+    backend = getattr(self, "compiler_fn", None)
     try:
-        plan = instrument(gm, _state["table"], _state["encode"], _state["backward"], _state["frames"])
-        if plan is not None:
-            return wrap(original(self, gm, example_inputs), plan)
-    except Exception as exc:  # noqa: BLE001 - the graph is compiled as it came
-        report_failure("compiled capture", exc, site="compiled_capture.instrument")
+        backward = _state["backward"] and backend not in fusing
+    except TypeError:  # a backend without weak references: asked each time
+        backend, backward = None, _state["backward"]
+    while True:
+        try:
+            return _compile(self, gm, example_inputs, backward)
+        except Exception as exc:  # noqa: BLE001 - the graph is compiled as it came
+            gm.graph = copy.deepcopy(graph)
+            gm.recompile()
+            if backward and _caused_by(exc, compiled_partition.BackwardInside):
+                if backend is not None:
+                    fusing.add(backend)  # its graphs from now on: forward statistics only
+                backward = False
+                compiled_partition.said_backward()
+                continue
+            report_failure("compiled capture", exc, site="compiled_capture.instrument")
+            break
     gm.graph = graph
     gm.recompile()
     return original(self, gm, example_inputs)
+
+
+def _compile(self, gm, example_inputs, backward):
+    """The user's backend's compilation of `gm` with its statistics (and with `backward`, its gradients')."""
+    before = set(gm.graph.nodes)
+    plan = instrument(gm, _state["table"], _state["encode"], backward, _state["frames"])
+    if plan is None:
+        return _state["original"](self, gm, example_inputs)
+    for node in gm.graph.nodes:
+        if node not in before:
+            compiled_partition.tag(node)
+    return wrap(_state["original"](self, gm, example_inputs), plan)
+
+
+def _caused_by(exc, kind) -> bool:
+    for _ in range(16):
+        if exc is None or isinstance(exc, kind):
+            return exc is not None
+        exc = exc.__cause__ or exc.__context__ or getattr(exc, "inner_exception", None)
+    return False
 
 
 @guarded("start()")
@@ -555,6 +589,7 @@ def install(capture) -> bool:
     if _state["original"] is None:
         _state["original"], _state["owner"] = owner.call_user_compiler, owner
         owner.call_user_compiler = _call_user_compiler
+        compiled_partition.install()
         _said_compiled_before()
     session = capture.session
     _state["table"] = capture.table
@@ -602,4 +637,5 @@ def uninstall() -> None:
     if _state["original"] is not None and not ACTIVE:
         _state["owner"].call_user_compiler = _state["original"]
         _state["original"] = _state["owner"] = None
+        compiled_partition.uninstall()
         _state["keep"] = False

@@ -229,8 +229,8 @@ def _as_stats(values: list, kind: str) -> tuple:
         return bool(values[0]), bool(values[1]), None, None
     if kind == "complex":
         return None, None, None, values[0]
-    if kind == "int":
-        return int(values[0]), int(values[1]), values[2], values[3]
+    if kind == "int":  # NaN: a compiled graph's statistics of a value the compiler left out (compiled_partition)
+        return (int(values[0]), int(values[1]), values[2], values[3]) if values[0] == values[0] else NO_STATS
     return tuple(values)
 
 
