@@ -99,23 +99,26 @@ net.set_train(True)
 params = {p.name: p.asnumpy().copy() for p in net.trainable_params()}
 np.savez(dump + ".start.npz", x=x.asnumpy(), y=y.asnumpy(), **params)
 losses = []
+
+
+def stepped(run):
+    """One step of the loop, between the debugger's start() and step() when it is on."""
+    if debug:
+        dbg.start(net)
+    value = run()
+    if debug:
+        dbg.stop()
+        dbg.step()
+    return value
+
+
 if how == "graph":
     for _ in range(2):
-        if debug:
-            dbg.start(net)
-        losses.append(net(x).asnumpy().tolist())
-        if debug:
-            dbg.stop()
-            dbg.step()
+        losses.append(stepped(lambda: net(x).asnumpy().tolist()))
 elif how == "train_cell":
     step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1))
     for i in range(2):
-        if debug:
-            dbg.start(net)
-        losses.append(float(step(x, y).asnumpy()))
-        if debug:
-            dbg.stop()
-            dbg.step()
+        losses.append(stepped(lambda: float(step(x, y).asnumpy())))
 else:
     opt = nn.SGD(net.trainable_params(), learning_rate=0.1)
     loss_fn = nn.MSELoss()
@@ -132,12 +135,7 @@ else:
         return loss
 
     for i in range(2):
-        if debug:
-            dbg.start(net)
-        losses.append(float(train_step(x, y).asnumpy()))
-        if debug:
-            dbg.stop()
-            dbg.step()
+        losses.append(stepped(lambda: float(train_step(x, y).asnumpy())))
         np.savez(dump + f".after{i}.npz", **{p.name: p.asnumpy().copy() for p in net.trainable_params()})
 import os
 print("ENV", os.environ.get("MINDSPORE_DUMP_CONFIG"))
