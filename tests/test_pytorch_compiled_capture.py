@@ -20,7 +20,7 @@ from helpers import assert_stats, data, deterministic_compiled_runs, load
 from lm import Net, batch
 
 from msprobe_lite.compare import compare
-from msprobe_lite.pytorch import PrecisionDebugger, compiled_capture, compiled_partition
+from msprobe_lite.pytorch import PrecisionDebugger, compiled_partition, compiled_stats
 
 
 @pytest.fixture(autouse=True)
@@ -405,6 +405,6 @@ def test_statistics_left_on_the_device_give_the_same_dump(tmp_path, monkeypatch)
     """On a GPU the compiled statistics stay on the device until the step is written (no synchronisation per
     graph run): that route, taken here on CPU, writes the same dump as reading them at once."""
     train(tmp_path / "now", "mix")
-    monkeypatch.setattr(compiled_capture, "reads_now", lambda rows, dynamic: dynamic)
+    monkeypatch.setattr(compiled_stats, "reads_now", lambda rows, dynamic: dynamic)
     train(tmp_path / "pending", "mix")
     assert data(tmp_path / "pending") == data(tmp_path / "now")

@@ -23,20 +23,13 @@ from threading import Lock
 import torch
 
 from ..core.naming import counterpart
-from ..core.records import PendingStats, Record, TensorSummary
+from ..core.records import Record
 from ..core.safety import report_failure
+from . import compiled_stats
 
 PLANS = []  # every instrumented graph's plan, by its id in the taps' arguments (graphs live for the process)
 _lock = Lock()  # the backward of a GPU graph runs on autograd's device thread
 _SINK = {"on_gradient": None}  # compiled_capture's receiver, set when it imports this module
-
-
-def _stats(g):
-    """The gradient's statistics as one float64 vector, traced into the backward (compiled_capture's
-    `stats_of`, or `stats_of_sized` for dynamic sizes)."""
-    from . import compiled_capture  # noqa: PLC0415 - it imports this module
-    sized = not all(isinstance(d, int) for d in g.shape)
-    return compiled_capture.stats_of_sized(g) if sized else compiled_capture.stats_of(g)
 
 
 def _register():
@@ -80,7 +73,7 @@ class _Hook:
 
     def __call__(self, grad):
         if grad is not None:
-            GRADIENT_STATS(_stats(grad), self.plan, self.tap)
+            GRADIENT_STATS(compiled_stats.stats_for(grad), self.plan, self.tap)
 
 
 def hook(x, plan, tap_id) -> None:
@@ -136,19 +129,27 @@ def _written_storages(nodes, fake_of) -> set:
     """The storages that a call of the graph writes in place (`x.add_()`, `x[i] = y`, `out=`)."""
     written = set()
     for n in nodes:
-        if n.op not in ("call_function", "call_method"):
+        if not writes_in_place(n):
             continue
-        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-        targets = []
-        if n.target in _INPLACE or (name.endswith("_") and not name.startswith("__")):
-            targets.append(n.args[0] if n.args else None)
-        targets.append(n.kwargs.get("out"))
-        for t in targets:
+        for t in (n.args[0] if n.args and _in_place_call(n) else None, n.kwargs.get("out")):
             for source in _nodes_in(t):
                 fake = fake_of(source)
                 if isinstance(fake, torch.Tensor):
                     written.add(_storage(fake))
     return written
+
+
+def _in_place_call(node) -> bool:
+    """`x.add_(y)`, `x[i] = y`, `x += y`: a call that writes its first argument."""
+    if node.op not in ("call_function", "call_method"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return node.target in _INPLACE or (name.endswith("_") and not name.startswith("__"))
+
+
+def writes_in_place(node) -> bool:
+    """A call of the graph that writes a tensor it was given (its first argument, or `out=`)."""
+    return _in_place_call(node) or (node.op in ("call_function", "call_method") and "out" in node.kwargs)
 
 
 def _storage(fake):
@@ -196,12 +197,8 @@ def on_gradient(capture, stats, plan_id, tap_id) -> None:
 
 
 def _summary(session, stats, dtype, shape):
-    """The gradient's TensorSummary: its statistics read now on CPU, or left on the device until the step is
-    written (PendingStats: no device synchronisation in backward)."""
-    from . import compiled_capture  # noqa: PLC0415 - one reader of statistics rows (it imports this module)
-    if compiled_capture.reads_now(stats, None in shape):
-        return compiled_capture._value(("t", 0, dtype, shape, False), stats.tolist())
-    summary = TensorSummary("torch.Tensor", dtype, shape, None, False)
-    kind = "bool" if dtype == "torch.bool" else "int" if "int" in dtype else "float"
-    session.pending.append(PendingStats(stats.clone(), kind, summary))
-    return summary
+    """The gradient's TensorSummary: read now on CPU, or left on the device until the step is written (a copy:
+    the compiled backward may reuse the op's argument's memory)."""
+    if not compiled_stats.reads_now(stats, None in shape):
+        stats = stats.clone()
+    return compiled_stats.reader(stats, None in shape, session.pending)(("t", 0, dtype, shape, False))

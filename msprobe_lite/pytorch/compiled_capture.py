@@ -35,9 +35,9 @@ from threading import get_ident
 import torch
 
 from ..core.naming import BACKWARD, module_record
-from ..core.records import NO_STATS, PendingStats, Record, TensorSummary
+from ..core.records import Record
 from ..core.safety import guarded, log, report_failure
-from . import compiled_backward, compiled_partition
+from . import compiled_backward, compiled_partition, compiled_stats
 
 UNMAPPED = "Unmapped"
 FORWARD = "forward"
@@ -50,39 +50,9 @@ OPERATORS = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", oper
              operator.invert: "bitwise_not", operator.and_: "__and__", operator.or_: "__or__",
              operator.xor: "__xor__", operator.iadd: "__iadd__", operator.isub: "__isub__",
              operator.imul: "__imul__", operator.itruediv: "__itruediv__"}
-STATS_WIDTH = 4
 
 _state = {"original": None, "owner": None}  # the wrapped OutputGraph.call_user_compiler, and its class
 ACTIVE = []  # the API captures of the debuggers collecting now (start() to stop()): the last one records
-
-
-def stats_of(t):
-    """(Max, Min, Mean, Norm) of `t` as a float64 vector: traced into the compiled graph. Integers and
-    booleans in float64 (booleans' Max/Min become any/all when recorded), floats in their own precision at
-    least float32 (low-precision floats accumulate in float32, as eager summaries do)."""
-    x = t.detach()
-    if x.dtype == torch.float64 or not x.is_floating_point():
-        x = x.to(torch.float64)
-    elif x.dtype != torch.float32:
-        x = x.to(torch.float32)
-    return torch.stack([x.amax(), x.amin(), x.mean(), torch.linalg.vector_norm(x)]).to(torch.float64)
-
-
-def stats_of_sized(t):
-    """stats_of for a tensor whose sizes are dynamic, maybe empty: (Max, Min, Mean, Norm, numel, *sizes)."""
-    x = t.detach()
-    if x.dtype == torch.float64 or not x.is_floating_point():
-        x = x.to(torch.float64)
-    elif x.dtype != torch.float32:
-        x = x.to(torch.float32)
-    flat = x.reshape(-1)
-    n = flat.numel()
-    zero = flat.new_zeros(())
-    high = torch.cat([flat, flat.new_full((1,), float("-inf"))]).amax()
-    low = torch.cat([flat, flat.new_full((1,), float("inf"))]).amin()
-    mean = flat.sum() / (zero + torch.sym_max(n, 1))
-    sizes = [zero + n] + [zero + d for d in x.shape]
-    return torch.stack([high, low, mean, torch.linalg.vector_norm(flat), *sizes]).to(torch.float64)
 
 
 def _fake(node):
@@ -170,9 +140,7 @@ def instrument(gm, table, encode_constant, backward=False, frames_of=None):
     nodes = list(graph.nodes)
     last_placeholder = max((i for i, n in enumerate(nodes) if n.op == "placeholder"), default=-1)
     last = {}  # node -> the last node inserted after it
-    writes = any(n.target is operator.setitem or (isinstance(n.target, str) and n.target.endswith("_")
-                 and not n.target.startswith("__")) or getattr(n.target, "__name__", "").endswith("_")
-                 for n in nodes if n.op in ("call_function", "call_method"))
+    writes = any(map(compiled_backward.writes_in_place, nodes))
     reading = [None]  # the call whose inputs are being read, in a graph that writes in place
 
     def slot(node, index=None, at=None):
@@ -187,8 +155,9 @@ def instrument(gm, table, encode_constant, backward=False, frames_of=None):
             if not sized and fake.numel() == 0:  # empty: no statistics
                 plan.slots[key] = None
                 return None
-            func = stats_of_sized if sized else stats_of
-            offset, plan.width = plan.width, plan.width + (STATS_WIDTH + 1 + fake.dim() if sized else STATS_WIDTH)
+            func = compiled_stats.stats_of_sized if sized else compiled_stats.stats_of
+            width = compiled_stats.STATS_WIDTH
+            offset, plan.width = plan.width, plan.width + (width + 1 + fake.dim() if sized else width)
             if before is not None:
                 with graph.inserting_before(before):
                     source = node
@@ -379,25 +348,6 @@ def wrap(compiled, plan):
     return run
 
 
-def _value(leaf, rows):
-    _, slot, dtype, shape, requires_grad = leaf
-    stats = NO_STATS
-    if slot is not None and None in shape:  # dynamic sizes: read with the statistics
-        numel = int(rows[slot + STATS_WIDTH])
-        shape = tuple(int(d) for d in rows[slot + STATS_WIDTH + 1:slot + STATS_WIDTH + 1 + len(shape)])
-        if numel == 0:
-            slot = None
-    if slot is not None and rows[slot] == rows[slot]:  # NaN: a value the compiler left out (compiled_partition)
-        high, low, mean, norm = rows[slot:slot + STATS_WIDTH]
-        if dtype == "torch.bool":
-            stats = (bool(high), bool(low), None, None)
-        elif "int" in dtype:
-            stats = (int(high), int(low), mean, norm)
-        else:
-            stats = (high, low, mean, norm)
-    return TensorSummary("torch.Tensor", dtype, shape, stats, requires_grad)
-
-
 def _fill(template, read):
     if isinstance(template, tuple):
         return read(template)
@@ -406,30 +356,6 @@ def _fill(template, read):
     if isinstance(template, dict) and "type" not in template:
         return {k: _fill(v, read) for k, v in template.items()}
     return template
-
-
-def reads_now(rows, dynamic) -> bool:
-    """Whether statistics rows are read at once (on CPU, or with dynamic sizes), else left pending."""
-    return rows.is_cpu or dynamic
-
-
-def _reader(plan, rows, session):
-    """Turns a tensor's template into its TensorSummary: from the values on CPU (and where sizes are dynamic),
-    else left on the device as PendingStats until the step is written (no synchronisation per graph run)."""
-    if reads_now(rows, plan.dynamic):
-        values = rows.detach().cpu().tolist()
-        return lambda leaf: _value(leaf, values)
-    pending = session.pending
-
-    def read(leaf):
-        _, slot, dtype, shape, requires_grad = leaf
-        if slot is None:
-            return TensorSummary("torch.Tensor", dtype, shape, NO_STATS, requires_grad)
-        summary = TensorSummary("torch.Tensor", dtype, shape, None, requires_grad)
-        kind = "bool" if dtype == "torch.bool" else "int" if "int" in dtype else "float"
-        pending.append(PendingStats(rows[slot:slot + STATS_WIDTH], kind, summary))
-        return summary
-    return read
 
 
 def deliver(plan, out) -> None:
@@ -450,7 +376,7 @@ def deliver(plan, out) -> None:
 
 def record_calls(capture, plan, rows) -> None:
     session, recorder = capture.session, capture.recorder
-    read = _reader(plan, rows, session)
+    read = compiled_stats.reader(rows, plan.dynamic, session.pending)
     counters, flt, filtered = session.counters, session.filter, recorder.filtered
     outer = capture.modules.current() if capture.modules is not None else None
     parent = outer.name if outer is not None else None
