@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from helpers import assert_stats, data, deterministic_compiled_runs, load
 from lm import Net, batch
 
 from msprobe_lite.compare import compare
-from msprobe_lite.pytorch import PrecisionDebugger, compiled_partition, compiled_stats
+from msprobe_lite.pytorch import PrecisionDebugger, compiled_stats
 
 
 @pytest.fixture(autouse=True)
@@ -136,12 +137,13 @@ def backward_apis(dump):
     return [n for n in dump if not n.startswith("Module.") and n.endswith(".backward")]
 
 
-def test_the_backward_of_compiled_code_is_recorded_as_in_eager_mode(tmp_path):
-    """With a backend that runs the traced backward as it is (aot_eager), each API call's backward record: the
-    gradients of its outputs (`input`) and of its inputs (`output`), computed by the compiled backward, named as
-    in eager mode and equal to autograd's own gradients; training bitwise as without the debugger."""
-    base = train(backend="aot_eager")
-    assert_bitwise(base, train(tmp_path / "compiled", "mix", backend="aot_eager"))
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_the_backward_of_compiled_code_is_recorded_as_in_eager_mode(tmp_path, backend):
+    """Each API call's backward record: the gradients of its outputs (`input`) and of its inputs (`output`),
+    named as in eager mode and equal to autograd's own gradients; training bitwise as without the debugger.
+    aot_eager runs the traced backward with its taps; inductor's backward is replayed beside it."""
+    base = train(backend=backend)
+    assert_bitwise(base, train(tmp_path / "compiled", "mix", backend=backend))
     train(tmp_path / "eager", "mix", backend=None)
     compiled, eager = data(tmp_path / "compiled"), data(tmp_path / "eager")
     assert set(backward_apis(compiled)) == set(backward_apis(eager))
@@ -178,34 +180,61 @@ def test_the_backward_of_compiled_code_is_recorded_as_in_eager_mode(tmp_path):
         assert c_construct[name] == e_construct[name], name
 
 
-def test_inductor_compiles_the_backward_as_without_the_debugger(tmp_path, monkeypatch, caplog):
+def test_inductor_compiles_the_backward_as_without_the_debugger(tmp_path, monkeypatch):
     """Inductor decides what the forward saves and how it fuses the backward from the graph it is given:
-    the statistics are kept out of those decisions (the split sees the graph as without the debugger, and the
-    backward's gradients are not read), so its backward program is the same, node for node; said once."""
+    the statistics and the gradient taps are kept out of those decisions, so the split is the same node for
+    node, and the backward's kernels are the same, character for character (the replay of the backward,
+    compiled_replay.py, is one op ahead of them, reading the program's inputs)."""
     from torch._inductor import compile_fx
+    from torch._inductor.utils import run_and_get_code
 
     splits = []
     split = compile_fx.min_cut_rematerialization_partition
 
     def recorded(*args, **kwargs):
         fw, bw = split(*args, **kwargs)
-        splits.append(bw)
+        splits.append(plain(bw))  # as split: the replay's op is added after
         return fw, bw
 
     monkeypatch.setattr(compile_fx, "min_cut_rematerialization_partition", recorded)
-    monkeypatch.setitem(compiled_partition._state, "said", False)
     with torch._inductor.config.patch(force_disable_caches=True):  # both runs split, none read back
-        base = train(make=GeluNet)
-        with caplog.at_level("INFO", logger="msprobe_lite"):
-            assert_bitwise(base, train(tmp_path, "mix", make=GeluNet))
+        base, (_, base_backward) = run_and_get_code(lambda: train(make=GeluNet))
+        run, (_, backward) = run_and_get_code(lambda: train(tmp_path, "mix", make=GeluNet))
+    assert_bitwise(base, run)
     (without, with_debugger) = splits
-    assert plain(with_debugger) == plain(without)
+    assert with_debugger == without
+    assert kernels(backward) == kernels(base_backward) and len(kernels(backward)) >= 4
+    assert "replay_backward" in backward and "replay_backward" not in base_backward
     dump = data(tmp_path)
-    assert "Torch.tanh.1.forward" in dump  # inside the graph: forward records; the loss, eager, has its backward
-    assert backward_apis(dump) == ["Functional.cross_entropy.0.backward", "Tensor.flatten.0.backward"]
-    assert [r.getMessage() for r in caplog.records if "backward of graphs" in r.getMessage()] == [
-        "the backward of graphs compiled by inductor is not recorded (reading its gradients would change "
-        "inductor's kernels); their forward is"]
+    assert "Torch.tanh.1.forward" in dump and "Torch.tanh.1.backward" in dump
+
+
+class DropoutNet(Net):
+    """The test transformer with dropout after each MLP: random numbers drawn inside the compiled graph."""
+
+    def __init__(self):
+        super().__init__()
+        for block in self.blocks:
+            block.mlp.append(nn.Dropout(0.25))
+
+
+def test_dropout_inside_inductors_graph_draws_the_same_numbers(tmp_path):
+    """The replay of inductor's backward draws no random numbers: two steps train bitwise, the generator ends
+    where it ends without the debugger, and the dropout's backward is recorded (its mask saved by the forward)."""
+    def run(path, level):
+        result = train(path, level, make=DropoutNet, steps=2)
+        return result, torch.get_rng_state()
+
+    (base, base_state), (got, state) = run(None, None), run(tmp_path, "mix")
+    assert_bitwise(base, got)
+    assert torch.equal(base_state, state)
+    dump = data(tmp_path, 1)
+    assert "Functional.dropout.1.backward" in dump and dump["Functional.dropout.1.backward"]["output"][0]
+
+
+def kernels(code):
+    """The kernels' sources in inductor's code for a graph (their names, numbered per process, left out)."""
+    return [re.sub(r"cpp_fused_\w+", "kernel", k) for k in re.findall(r"'''(.*?)'''", code, re.S)]
 
 
 class GeluNet(Net):
@@ -223,18 +252,22 @@ class TanhGelu(nn.Module):
 
 
 def plain(gm):
-    """A graph as (op, target, arguments by position): equal for graphs that compute the same way."""
+    """A graph as (op, target, arguments by position): equal for graphs that compute the same way. The token
+    of the taps' side effects, passed through the backward program, is left out."""
     index = {}
 
     def arg(value):
         if isinstance(value, torch.fx.Node):
             return index[value]
         if isinstance(value, (tuple, list)):
-            return tuple(arg(v) for v in value)
+            return tuple(arg(v) for v in value if not (isinstance(v, torch.fx.Node) and v.name in token))
         return repr(value)
 
     found = []
+    token = {n.name for n in gm.graph.nodes if n.name.startswith("tangents_token")}
     for node in gm.graph.nodes:
+        if node.name in token:
+            continue
         found.append((node.op, "" if node.op == "placeholder" else str(node.target), arg(node.args),
                       tuple((k, arg(v)) for k, v in sorted(node.kwargs.items()))))
         index[node] = len(index)
@@ -299,7 +332,7 @@ def test_a_graph_break_and_an_unmapped_call(tmp_path):
     assert [n for n in forward_apis(compiled) if not n.startswith("Unmapped.")] == forward_apis(eager)
     assert "Tensor.add.0.forward" in compiled and "Torch.tanh.0.forward" in compiled
     unmapped = [n for n in compiled if n.startswith("Unmapped.")]
-    assert unmapped == ["Unmapped.mul.Tensor.0.forward"]  # inductor: forward records only
+    assert unmapped == ["Unmapped.mul.Tensor.0.forward", "Unmapped.mul.Tensor.0.backward"]
     tokens, _ = batch()
     with torch.no_grad():
         torch.manual_seed(0)
@@ -340,7 +373,8 @@ def test_tensors_written_in_place_are_read_when_each_call_runs(tmp_path):
 
 def test_dynamic_shapes_have_their_sizes_and_statistics(tmp_path):
     """A sequence length that changes from step to step: dynamo recompiles with a dynamic size; each record
-    has the step's own shape and statistics, and training is as without the debugger."""
+    (the backward's too, replayed with the sizes inductor's backward is given) has the step's own shape and
+    statistics, and training is as without the debugger."""
     def run(dbg):
         torch._dynamo.reset()
         torch.manual_seed(0)
@@ -368,6 +402,8 @@ def test_dynamic_shapes_have_their_sizes_and_statistics(tmp_path):
         dump = data(tmp_path, step)
         assert_stats(dump["Functional.linear.8.forward"]["output"][0], out)
         assert dump["Functional.embedding.0.forward"]["input_args"][0]["shape"] == list(tokens.shape)
+        head = dump["Functional.linear.8.backward"]["input"][0]  # the gradient of out.sum(): ones
+        assert head["shape"] == list(out.shape) and head["Max"] == head["Min"] == head["Mean"] == 1.0
 
 
 def test_compiled_records_have_the_users_source_lines(tmp_path):

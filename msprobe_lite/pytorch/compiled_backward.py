@@ -8,10 +8,10 @@ registered as having a side effect (so it is kept, in order). A hook adds no aut
 runs as without the debugger; a backend that does not trace autograd runs the hook as it is.
 
 With inductor the statistics and the op do not stay: reading gradients inside the backward program changes
-how inductor fuses and orders its kernels, and gradients then differ in the last bits (compiled_partition.py
-takes them out before inductor compiles). So backward records come from backends that run the traced
-backward as it is (aot_eager, a backend of the user's that does not fuse). Not in a record (null): a tensor
-written in place in the graph, and a tuple's item that the graph does not take as one value.
+how inductor fuses and orders its kernels, and gradients then differ in the last bits. There the taps are
+taken out of the graph before inductor splits it, and its backward program is replayed beside it
+(compiled_replay.py). Not in a record (null): a tensor written in place in the graph, and a tuple's item that
+the graph does not take as one value.
 The backward of a graph is named after the graph's latest forward run (micro-batches run forward, then
 backward, each in turn).
 """
@@ -29,7 +29,7 @@ from . import compiled_stats
 
 PLANS = []  # every instrumented graph's plan, by its id in the taps' arguments (graphs live for the process)
 _lock = Lock()  # the backward of a GPU graph runs on autograd's device thread
-_SINK = {"on_gradient": None}  # compiled_capture's receiver, set when it imports this module
+_SINK = {"on_gradient": None, "recording": None}  # compiled_capture's receivers, set when it imports this module
 
 
 def _register():
@@ -41,9 +41,7 @@ def _register():
 
     @custom_op("msprobe_lite::gradient_stats", mutates_args=())
     def gradient_stats(stats: torch.Tensor, plan: int, tap: int) -> None:
-        receiver = _SINK["on_gradient"]
-        if receiver is not None:
-            receiver(stats, plan, tap)
+        deliver(stats, plan, tap)
 
     @gradient_stats.register_fake
     def _(stats, plan, tap):
@@ -60,6 +58,18 @@ try:
 except Exception as exc:  # noqa: BLE001 - no backward records, compiled training unchanged
     report_failure("compiled backward capture", exc, site="compiled_backward._register")
     GRADIENT_STATS = None
+
+
+def deliver(stats, plan, tap) -> None:
+    receiver = _SINK["on_gradient"]
+    if receiver is not None:
+        receiver(stats, plan, tap)
+
+
+def recording() -> bool:
+    """Whether a debugger records a step now (the replay of compiled_replay.py costs a backward)."""
+    check = _SINK["recording"]
+    return check is not None and check()
 
 
 class _Hook:

@@ -14,7 +14,7 @@ outputs are those of the same compiled program without the debugger: the statist
 
 A call of the graph that is no API of the list but a torch operation on tensors is recorded as
 `Unmapped.{target}.{n}.forward`: never dropped silently. Backward records come from the compiled backward
-(compiled_backward.py), except with inductor (compiled_partition.py). Not recorded: graphs compiled before the
+(compiled_backward.py), or with inductor from its replay (compiled_replay.py). Not recorded: graphs compiled before the
 first start() at L1/mix (dynamo's cache keeps them: said once), and tensor files (statistics only). On a
 device, the statistics stay there until the step is written (one transfer a step), except for graphs with
 dynamic sizes, whose records need the sizes at once.
@@ -29,7 +29,6 @@ import operator
 import re
 import sys
 import types
-import weakref
 from threading import get_ident
 
 import torch
@@ -436,7 +435,11 @@ def _on_gradient(stats, plan_id, tap_id) -> None:
         report_failure("compiled backward capture", exc, site="compiled_capture._on_gradient")
 
 
-compiled_backward._SINK["on_gradient"] = _on_gradient
+def _recording() -> bool:
+    return bool(ACTIVE) and ACTIVE[-1].session.step_open
+
+
+compiled_backward._SINK.update(on_gradient=_on_gradient, recording=_recording)
 
 
 _TRACE_LINE = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)\n([^\n]*)')
@@ -456,26 +459,10 @@ def _call_user_compiler(self, gm, example_inputs):
     if not _state.get("keep"):
         return original(self, gm, example_inputs)
     graph = copy.deepcopy(gm.graph)  # the graph as it came: compiled if ours fails
-    fusing = _state.setdefault("fusing", weakref.WeakSet())  # the backends that proved to compile with inductor
-    backend = getattr(self, "compiler_fn", None)
     try:
-        backward = _state["backward"] and backend not in fusing
-    except TypeError:  # a backend without weak references: asked each time
-        backend, backward = None, _state["backward"]
-    while True:
-        try:
-            return _compile(self, gm, example_inputs, backward)
-        except Exception as exc:  # noqa: BLE001 - the graph is compiled as it came
-            gm.graph = copy.deepcopy(graph)
-            gm.recompile()
-            if backward and _caused_by(exc, compiled_partition.BackwardInside):
-                if backend is not None:
-                    fusing.add(backend)  # its graphs from now on: forward statistics only
-                backward = False
-                compiled_partition.said_backward()
-                continue
-            report_failure("compiled capture", exc, site="compiled_capture.instrument")
-            break
+        return _compile(self, gm, example_inputs, _state["backward"])
+    except Exception as exc:  # noqa: BLE001 - the graph is compiled as it came
+        report_failure("compiled capture", exc, site="compiled_capture.instrument")
     gm.graph = graph
     gm.recompile()
     return original(self, gm, example_inputs)
@@ -491,14 +478,6 @@ def _compile(self, gm, example_inputs, backward):
         if node not in before:
             compiled_partition.tag(node)
     return wrap(_state["original"](self, gm, example_inputs), plan)
-
-
-def _caused_by(exc, kind) -> bool:
-    for _ in range(16):
-        if exc is None or isinstance(exc, kind):
-            return exc is not None
-        exc = exc.__cause__ or exc.__context__ or getattr(exc, "inner_exception", None)
-    return False
 
 
 @guarded("start()")

@@ -8,8 +8,8 @@ recomputes a value in another kernel, and gradients change in the last bits. So 
 instrumented, inductor's `partition_fn` is wrapped: the forward statistics (the nodes the debugger added, whose
 result is the graph's statistics output) are taken out of the joint graph, the graph is split as it would be
 without the debugger, and the same nodes are put back into the forward program, reading the same values.
-A graph with backward statistics (compiled_backward.py) is not split: compiled_capture.py compiles it again
-without them (`BackwardInside`). A value that the split no longer has in the forward (a joint-graph pass
+The gradient taps (compiled_backward.py) leave the joint graph too, for a replay of the backward program
+(compiled_replay.py). A value that the split no longer has in the forward (a joint-graph pass
 fused it away) has no statistics (NaN, recorded as missing).
 """
 from __future__ import annotations
@@ -19,12 +19,10 @@ import sys
 import torch
 
 from ..core.safety import log
-from . import compiled_backward
+from . import compiled_replay
 
 TAG = "msprobe_lite"  # node.meta["custom"][TAG]: a node the debugger added (the tracer carries it over)
 _state = {"original": None, "owner": None}
-BACKWARD_MESSAGE = ("the backward of graphs compiled by inductor is not recorded (reading its gradients would "
-                    "change inductor's kernels); their forward is")
 
 
 def tag(node) -> None:
@@ -57,13 +55,22 @@ def uninstall() -> None:
 
 def partition_fn(gm, joint_inputs, **kwargs):
     original = _state["original"]
-    if has_backward(gm):
-        raise BackwardInside()
+    taps = compiled_replay.take_taps(gm)
+    joint = _named(gm.graph) if taps is not None else None
     taken = take_out(gm, kwargs.get("num_fwd_outputs"))
     fw, bw = original(gm, joint_inputs, **kwargs)
     if taken is not None:
         put_back(fw, *taken)
+    if taps is not None:
+        compiled_replay.attach(bw, *taps, lambda name, by_name, graph: remake(name, by_name, joint, graph))
     return fw, bw
+
+
+def _named(graph) -> dict:
+    """A copy of `graph`, as name -> node: the recipes of values that later passes remove."""
+    snapshot = torch.fx.Graph()
+    snapshot.graph_copy(graph, {})
+    return {n.name: n for n in snapshot.nodes}
 
 
 def take_out(gm, forward_outputs):
@@ -72,8 +79,7 @@ def take_out(gm, forward_outputs):
     {empty's name: statistics output}), or None when it has none."""
     graph = gm.graph
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
-    snapshot = torch.fx.Graph()  # the joint graph as it came: how to remake a value the split left out
-    snapshot.graph_copy(graph, {})
+    joint = _named(graph)  # the joint graph as it came: how to remake a value the split left out
     outs = output.args[0]
     if not isinstance(forward_outputs, int) or not isinstance(outs, (tuple, list)):
         return None
@@ -116,7 +122,7 @@ def take_out(gm, forward_outputs):
         graph.erase_node(node)
     gm.recompile()
     held.output(tuple(env[row] for row in rows))
-    return held, stand_ins, {n.name: n for n in snapshot.nodes}
+    return held, stand_ins, joint
 
 
 def put_back(fw, held, stand_ins, joint) -> None:
@@ -165,19 +171,3 @@ def remake(name, by_name, joint, graph, depth=0):
         return None
     by_name[name] = graph.node_copy(recipe, lambda n: inputs[n])
     return by_name[name]
-
-
-class BackwardInside(Exception):
-    """The joint graph holds compiled_backward.py's side effects: inductor would fuse around them."""
-
-
-def has_backward(gm) -> bool:
-    sink = getattr(compiled_backward.GRADIENT_STATS, "default", None)
-    return sink is not None and any(n.op == "call_function" and "with_effects" in str(n.target)
-                                    and len(n.args) > 1 and n.args[1] is sink for n in gm.graph.nodes)
-
-
-def said_backward() -> None:
-    if not _state.get("said"):
-        _state["said"] = True
-        log.info(BACKWARD_MESSAGE)
