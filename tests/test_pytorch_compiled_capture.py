@@ -184,7 +184,7 @@ def test_inductor_compiles_the_backward_as_without_the_debugger(tmp_path, monkey
     """Inductor decides what the forward saves and how it fuses the backward from the graph it is given:
     the statistics and the gradient taps are kept out of those decisions, so the split is the same node for
     node, and the backward's kernels are the same, character for character (the replay of the backward,
-    compiled_replay.py, is one op ahead of them, reading the program's inputs)."""
+    compiled_replay.py, is one op ahead of them, reading the program's inputs, and compiled on its own)."""
     from torch._inductor import compile_fx
     from torch._inductor.utils import run_and_get_code
 
@@ -199,12 +199,13 @@ def test_inductor_compiles_the_backward_as_without_the_debugger(tmp_path, monkey
     monkeypatch.setattr(compile_fx, "min_cut_rematerialization_partition", recorded)
     with torch._inductor.config.patch(force_disable_caches=True):  # both runs split, none read back
         base, (_, base_backward) = run_and_get_code(lambda: train(make=GeluNet))
-        run, (_, backward) = run_and_get_code(lambda: train(tmp_path, "mix", make=GeluNet))
+        run, (_, backward, replay) = run_and_get_code(lambda: train(tmp_path, "mix", make=GeluNet))
     assert_bitwise(base, run)
     (without, with_debugger) = splits
     assert with_debugger == without
     assert kernels(backward) == kernels(base_backward) and len(kernels(backward)) >= 4
     assert "replay_backward" in backward and "replay_backward" not in base_backward
+    assert len(kernels(replay)) >= 4  # the replay, compiled by inductor at its first run
     dump = data(tmp_path)
     assert "Torch.tanh.1.forward" in dump and "Torch.tanh.1.backward" in dump
 

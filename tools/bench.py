@@ -146,7 +146,10 @@ class Configuration:
         cfg = SIZES[size]
         self.size, self.mode, self.tool = size, mode, tool
         torch.manual_seed(0)
-        self.model = GPT(cfg["d"], cfg["layers"], cfg["seq"])
+        # compiled: a class of its own per configuration, so that dynamo does not reuse the graphs another
+        # configuration compiled (its cache is per code object, guarded on the module's type)
+        model_class = type(f"GPT_{mode}", (GPT,), {}) if COMPILE[0] else GPT
+        self.model = model_class(cfg["d"], cfg["layers"], cfg["seq"])
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         if COMPILE[0]:  # the model compiled by inductor; the optimizer's step stays eager
             self.model = torch.compile(self.model)

@@ -41,7 +41,7 @@ def _register():
 
     @custom_op("msprobe_lite::gradient_stats", mutates_args=())
     def gradient_stats(stats: torch.Tensor, plan: int, tap: int) -> None:
-        deliver(stats, plan, tap)
+        deliver(stats, ((plan, tap, 0),))
 
     @gradient_stats.register_fake
     def _(stats, plan, tap):
@@ -60,10 +60,12 @@ except Exception as exc:  # noqa: BLE001 - no backward records, compiled trainin
     GRADIENT_STATS = None
 
 
-def deliver(stats, plan, tap) -> None:
+def deliver(rows, taps) -> None:
+    """Gradient statistics: `rows`, a float64 vector holding the row of each of `taps` ((plan id, tap id,
+    offset in `rows`))."""
     receiver = _SINK["on_gradient"]
     if receiver is not None:
-        receiver(stats, plan, tap)
+        receiver(rows, taps)
 
 
 def recording() -> bool:
@@ -169,46 +171,43 @@ def _storage(fake):
         return id(fake)
 
 
-def on_gradient(capture, stats, plan_id, tap_id) -> None:
-    """A tap's gradient statistics arrived: fills the backward records of the calls that hold the tensor,
-    named after the graph's latest forward run."""
+def on_gradient(capture, rows, taps) -> None:
+    """Taps' gradient statistics arrived (`rows`, `taps` as for `deliver`): fills the backward records of the
+    calls that hold each tensor, named after its graph's latest forward run."""
     session = capture.session
     if not session.step_open:
         return
-    plan = PLANS[plan_id]
-    run = plan.run
-    if run is None:
-        return
-    places, dtype, shape = plan.taps[tap_id]
-    summary = _summary(session, stats, dtype, shape)
+    dynamic = any(None in PLANS[plan].taps[tap][2] for plan, tap, _ in taps)
+    if not compiled_stats.reads_now(rows, dynamic):
+        rows = rows.clone()  # left on the device until the step is written: the backward may reuse this memory
+    read = compiled_stats.reader(rows, dynamic, session.pending)
     recorder = capture.recorder
     flt = session.filter
     with _lock:
-        for call, key, index in places:
-            record = run.backward.get(call)
-            if record is None:
-                name = counterpart(run.names[call])
-                if recorder.filtered and not flt.wants(name):
-                    continue
-                n_in, n_out = plan.sizes[call]
-                data = {}
-                if recorder.inputs:
-                    data["input"] = [None] * n_out
-                if recorder.outputs:
-                    data["output"] = [None] * n_in
-                record = run.backward[call] = session.add(Record(name, data))
-                if recorder.parents:
-                    parent = run.parents[call]
-                    session.set_parent(name, counterpart(parent) if parent is not None else None)
-            slots = record.data.get(key)
-            if slots is not None and index < len(slots):
-                slots[index] = summary
+        for plan_id, tap_id, offset in taps:
+            plan = PLANS[plan_id]
+            run = plan.run
+            if run is None:
+                continue
+            places, dtype, shape = plan.taps[tap_id]
+            summary = read(("t", offset, dtype, shape, False))
+            for call, key, index in places:
+                record = run.backward.get(call)
+                if record is None:
+                    name = counterpart(run.names[call])
+                    if recorder.filtered and not flt.wants(name):
+                        continue
+                    n_in, n_out = plan.sizes[call]
+                    data = {}
+                    if recorder.inputs:
+                        data["input"] = [None] * n_out
+                    if recorder.outputs:
+                        data["output"] = [None] * n_in
+                    record = run.backward[call] = session.add(Record(name, data))
+                    if recorder.parents:
+                        parent = run.parents[call]
+                        session.set_parent(name, counterpart(parent) if parent is not None else None)
+                slots = record.data.get(key)
+                if slots is not None and index < len(slots):
+                    slots[index] = summary
         session.touch()
-
-
-def _summary(session, stats, dtype, shape):
-    """The gradient's TensorSummary: read now on CPU, or left on the device until the step is written (a copy:
-    the compiled backward may reuse the op's argument's memory)."""
-    if not compiled_stats.reads_now(stats, None in shape):
-        stats = stats.clone()
-    return compiled_stats.reader(stats, None in shape, session.pending)(("t", 0, dtype, shape, False))

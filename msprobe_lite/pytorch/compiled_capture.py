@@ -424,13 +424,13 @@ def record_calls(capture, plan, rows) -> None:
         plan.run = run
 
 
-def _on_gradient(stats, plan_id, tap_id) -> None:
+def _on_gradient(rows, taps) -> None:
     if not ACTIVE:
         return
     capture = ACTIVE[-1]
     try:
         with capture.recorder._quiet():
-            compiled_backward.on_gradient(capture, stats, plan_id, tap_id)
+            compiled_backward.on_gradient(capture, rows, taps)
     except Exception as exc:  # noqa: BLE001 - never break the user's backward
         report_failure("compiled backward capture", exc, site="compiled_capture._on_gradient")
 

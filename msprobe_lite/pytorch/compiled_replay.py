@@ -5,10 +5,11 @@ the program changes how it fuses (and so the gradients' last bits). So the gradi
 compiled_backward.py are taken out of the joint graph before inductor splits it (`take_taps`: the split and
 the kernels are those of the run without the debugger), and the backward program that inductor is given gets
 one op at its start (`attach`): it hands the program's inputs (the values the forward saved, the incoming
-gradients) to a copy of the same program that runs op by op, eagerly, with the taps, while a debugger records
-the step. The replay reads the inputs before inductor's kernels run and writes nothing: the compiled
-backward's results are its own. Its gradients are those of the ATen ops that inductor fuses, computed from the
-compiled forward's saved values; it costs one more backward per recorded step, and nothing otherwise.
+gradients) to a copy of the same program that computes the tapped gradients' statistics, while a debugger
+records the step. The replay reads the inputs before inductor's kernels run and writes nothing: the compiled
+backward's results are its own. Its gradients are those of the same ATen ops, computed from the compiled
+forward's saved values by inductor's own compilation of the replay (made at its first run); it costs one
+more backward per recorded step, and nothing otherwise.
 """
 from __future__ import annotations
 
@@ -133,9 +134,10 @@ def attach(bw, taps, meta, remake) -> None:
 
 
 class _Replay:
-    """A copy of a backward program that runs eagerly with a tap after each tapped gradient, computing only
-    what the taps read. It never draws random numbers (that would move the user's generator): a gradient that
-    depends on a random op of the program has no statistics."""
+    """A copy of a backward program that computes only what the taps read and returns the tapped gradients'
+    statistics as one float64 vector (as the forward's statistics output), compiled by inductor on its first
+    run (eagerly where that fails). It never draws random numbers (that would move the user's generator): a
+    gradient that depends on a random op of the program has no statistics."""
 
     def __init__(self, bw, inputs, taps, remake):
         graph = torch.fx.Graph()
@@ -147,25 +149,22 @@ class _Replay:
                     and torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
                 env[node] = graph.node_copy(node, env.__getitem__)
         by_name = {n.name: copied for n, copied in env.items()}
-        self.taps = []
+        self.taps, rows, width = [], [], 0  # taps: (plan id, tap id, offset in the statistics vector)
         for name, plan, tap in taps:
             source = by_name.get(name) or remake(name, by_name, graph)
             if source is None:  # fused away, and not to be remade: no statistics for this gradient
                 continue
-            sized = None in compiled_backward.PLANS[plan].taps[tap][2]  # its record reads the sizes too
-            with graph.inserting_after(source):
-                self.taps.append(graph.call_function(_tap, (source, plan, tap, sized)))
-        graph.output(())
-        needed, todo = set(), list(self.taps)
-        while todo:
-            node = todo.pop()
-            if node not in needed:
-                needed.add(node)
-                todo.extend(node.all_input_nodes)
-        for node in reversed(list(graph.nodes)):
-            if node.op == "call_function" and node not in needed:
-                graph.erase_node(node)
+            shape = compiled_backward.PLANS[plan].taps[tap][2]
+            sized = None in shape  # its record reads the sizes too
+            rows.append(graph.call_function(compiled_stats.stats_of_sized if sized else compiled_stats.stats_of,
+                                            (source,)))
+            size = compiled_stats.STATS_WIDTH + (1 + len(shape) if sized else 0)
+            self.taps.append((plan, tap, width))
+            width += size
+        graph.output(graph.call_function(torch.cat, (rows,)) if rows else ())
+        graph.eliminate_dead_code()
         self.module = torch.fx.GraphModule(bw, graph)
+        self.runners = {}  # the inputs' sizes and layouts -> the replay compiled for them
         self.order, self.id = [], None
 
     def __call__(self, tensors, sizes):
@@ -174,11 +173,25 @@ class _Replay:
         try:
             args = [tensors[i] if kind == "t" else sizes[i] for kind, i in self.order]
             with torch.no_grad():
-                self.module(*args)
+                rows = self._run(args)
+            compiled_backward.deliver(rows, self.taps)
         except Exception as exc:  # noqa: BLE001 - the compiled backward runs on
             report_failure("compiled backward replay", exc, site="compiled_replay.replay")
 
-
-def _tap(grad, plan, tap, sized) -> None:
-    stats = compiled_stats.stats_of_sized(grad) if sized else compiled_stats.stats_of(grad)
-    compiled_backward.deliver(stats, plan, tap)
+    def _run(self, args):
+        """The statistics, by inductor's compilation of the replay for these inputs' sizes and layouts (made on
+        their first run, for up to 8 of them), or eagerly: with dynamic sizes, or where inductor cannot compile
+        it (said once)."""
+        key = tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else None for a in args)
+        runner = self.runners.get(key)
+        if runner is None:
+            runner = self.module
+            if None not in key and len(self.runners) < 8:
+                try:
+                    from torch._inductor.compile_fx import compile_fx  # noqa: PLC0415 - inductor on first use
+                    runner = compile_fx(self.module, args)
+                except Exception as exc:  # noqa: BLE001 - replayed eagerly
+                    report_failure("compiling the backward's replay (replayed eagerly)", exc,
+                                   site="compiled_replay.run")
+            self.runners[key] = runner
+        return runner(*args)
