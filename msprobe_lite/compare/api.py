@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..core.naming import counterpart
 from ..core.writer import write_atomic
-from . import report, tensors
+from . import nonfinite, report, tensors
 from .frameworks import namespace_free, translations
 from .judge import (ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, Judge, across_ranks,
                     files_only, record_eps, same_dtype)
@@ -361,6 +361,19 @@ def _values_in_both(target, golden) -> None:
                            f"to compare (expected dumps of task statistics or tensor)")
 
 
+def _nonfinite_origin(verdict, target, name, step, before: bool, forward_pass: bool) -> None:
+    """The step's first NaN/Inf that only the target holds decides (compare/nonfinite.py): a forward call
+    taking it as an input, made by no earlier call, is where it came in (a weight: the first divergence;
+    input data: the first error); a call after it that makes NaN/Inf from finite inputs only follows from it."""
+    if before:
+        verdict.introduced = verdict.introduced and not verdict.nonfinite_out
+    elif verdict.nonfinite_in and forward_pass:
+        reason, weight = nonfinite.origin(target, name, verdict.nonfinite_in, step)
+        verdict.introduced = weight
+        verdict.result = ERROR
+        verdict.reasons = [reason]
+
+
 def _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, show_progress,
                  workers):
     target, golden = load_dump(target_path, step, rank), load_dump(golden_path, step, rank)
@@ -418,6 +431,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     held = target.roles() & golden.roles()
     missing = None if not held or held == {INPUT, OUTPUT} else "inputs" if INPUT not in held else "outputs"
     bar = tensors.Progress("judging calls") if show_progress else None
+    nonfinite_first = None  # the first record that took or made NaN/Inf where the golden's is finite
     for i, pair in enumerate(pairs):
         # a backward record's place in the code is its forward call's
         stack = (target.stacks.get(pair.target) or target.stacks.get(_place(pair.target)) or []) \
@@ -438,6 +452,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         chain = target.parent_chain(pair.target) if pair.target else []
         asked = (direction == "forward" and (is_module(pair.target) or (apis_asked and not backward_begun))) or \
             (direction == "backward" and not backward_begun and pair.golden is not None)
+        backward_begun_before = backward_begun
         backward_begun = backward_begun or direction == "backward"
         if direction == "forward":
             for parent in chain:
@@ -449,6 +464,12 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
                                            upstream, explained, grad_inputs.get(owner, NO_GRAD_INPUTS), missing,
                                            unpaired_before)
+        if verdict.nonfinite_in or verdict.nonfinite_out:
+            # at mix a module's record follows the calls inside it: one of those was before it, not earlier
+            before = nonfinite_first is not None and pair.target not in target.parent_chain(nonfinite_first)
+            _nonfinite_origin(verdict, target, pair.target, step, before, direction == "forward"
+                              and not backward_begun_before)
+            nonfinite_first = nonfinite_first or pair.target
         # a forward call that paired with nothing (not by the levels' design): what it made is in no out_seen
         lone = verdict.result == UNMATCHED and _unpaired_forward(pair, target.level, golden.level)
         if direction in out_seen and verdict.result != UNMATCHED:

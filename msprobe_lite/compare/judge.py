@@ -25,6 +25,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 
+from . import nonfinite
 from .metrics import STATS, eps_of, finite, magnitude, noise_error, numel, stat_error, stat_measures
 from .pair import dtype_kind, is_module, split_name
 from .rows import INPUT, OUTPUT, params_grad_owner
@@ -120,6 +121,8 @@ class Verdict:
     eps: float = 0.0            # the coarsest precision it was judged at
     in_err: float = 0.0
     out_err: float = 0.0
+    nonfinite_out: bool = False  # an output holds NaN/Inf where the golden's is finite
+    nonfinite_in: list = field(default_factory=list)  # such inputs: (suffix, nonfinite kind, target statistics)
 
     def raise_to(self, result: str, reason: str) -> None:
         if _RANK[result] > _RANK[self.result]:
@@ -369,6 +372,9 @@ class Judge:
                     if t_row.role == INPUT and t_row.is_tensor:
                         if g_row.is_tensor and not finite(t_row.obj) and not finite(g_row.obj):
                             blind.append(suffix.lstrip("."))
+                        elif g_row.is_tensor and not finite(t_row.obj):
+                            verdict.nonfinite_in.append((suffix.lstrip("."), nonfinite.kind(
+                                pair.target, suffix.lstrip("."), g_row.obj.get("requires_grad") is True), t_row.obj))
                         if suffix.startswith(".parameters."):
                             param_err = max(param_err, err)
                             param_eps = max(param_eps, eps_of(t_row.dtype), eps_of(g_row.dtype))
@@ -386,7 +392,7 @@ class Judge:
                 if t_row.role == OUTPUT and t_row.is_tensor and g_row.is_tensor \
                         and not finite(t_row.obj) and finite(g_row.obj):
                     problems.append("target output has NaN/Inf where golden is finite")
-                    new_nonfinite = True
+                    new_nonfinite = verdict.nonfinite_out = True
             rows.append(row)
             row_problems.append(problems)
         for suffix, g_row in g_rows.items():

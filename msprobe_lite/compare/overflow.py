@@ -1,4 +1,5 @@
-"""overflow_check analysis: per rank, the first call whose inputs are finite and whose outputs hold NaN/Inf."""
+"""overflow_check analysis: per rank, the first call whose inputs are finite and whose outputs hold NaN/Inf, or
+before it, the first use of a weight that already holds NaN/Inf."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,9 @@ import os
 
 from ..core.naming import params_grad_calls
 from ..core.writer import write_atomic
+from . import nonfinite
 from .metrics import finite
+from .pair import split_name
 from .read import DumpError, load_dump, place, resolve
 from .report import at, output_folder, unwritable
 from .rows import INPUT, OUTPUT
@@ -41,13 +44,32 @@ def first_overflow(dump) -> tuple:
     for name in dump.records:
         rows = dump.rows(name)   # a malformed record is a DumpError naming the file
         bad = [r.name for r in rows if r.role == OUTPUT and r.is_tensor and not finite(r.obj)]
-        if not bad:
+        weights = [] if first_seen else _nonfinite_weights(name, rows)
+        if not bad and not weights:
             continue
         found = {"name": name, "outputs": bad, "stack": dump.stacks.get(name, []), "parents": dump.parent_chain(name)}
+        if weights:  # a weight already NaN/Inf when the step starts: it came in here, with its first use
+            found["reason"] = nonfinite.origin(dump, name, weights, dump.step, golden=False)[0]
+            return found, found
         first_seen = first_seen or found
         if all(_finite_row(r) for r in _made_from(dump, name, rows)):
             return found, first_seen
     return None, first_seen
+
+
+def _nonfinite_weights(name: str, rows) -> list:
+    """A forward record's weights (a module's parameters, an API call's inputs that require grad) that hold
+    NaN/Inf, as compare/nonfinite.py's entries. A buffer or an argument holding -inf (a causal mask) is none."""
+    if split_name(name)[1] != "forward":
+        return []
+    found = []
+    for r in rows:
+        if r.role == INPUT and r.is_tensor and not finite(r.obj):
+            suffix = r.name[len(name) + 1:]
+            sort = nonfinite.kind(name, suffix, r.obj.get("requires_grad") is True)
+            if sort != nonfinite.DATA:
+                found.append((suffix, sort, r.obj))
+    return found
 
 
 def analyse(path: str, output_dir: str | None = None, quiet: bool = False) -> dict:
@@ -67,7 +89,9 @@ def analyse(path: str, output_dir: str | None = None, quiet: bool = False) -> di
                                 "first_nonfinite": seen})
         if not quiet:
             where = place(step, rank)  # `step 0`, not `step 0 rank None`, for a single-process run
-            if found:
+            if found and found.get("reason"):
+                print(f"[{where}] first overflow: {found['name']} -- {found['reason']}{at(found)}")
+            elif found:
                 print(f"[{where}] first overflow: {found['name']} ({', '.join(found['outputs'])}){at(found)}")
             elif seen:
                 print(f"[{where}] no call turns finite inputs into NaN/Inf; NaN/Inf first seen in the outputs of "
