@@ -80,3 +80,114 @@ def test_input_data_already_nan_is_the_first_error_not_a_divergence(tmp_path, le
     first = step0["first_error"]
     assert first["name"] in ("Module.0.Linear.forward.0", "Functional.linear.0.forward")
     assert first["reason"].startswith("its input.0 is NaN where the golden's is finite, and no earlier call made it")
+
+
+class MaskedAttention(nn.Module):
+    """T5's mask: masked scores set to the smallest value of the scores' own dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.out = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        scores = self.q(x) @ x.t()
+        mask = torch.ones(6, 6, dtype=torch.bool).tril()
+        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
+        return self.out(torch.softmax(scores.float(), -1) @ x)
+
+
+def train_autocast(path, level, bf16):
+    torch.manual_seed(0)
+    m = MaskedAttention()
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(6, 8, generator=gen), torch.randint(0, 4, (6,), generator=gen)
+    dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level=level)
+    dbg.start(model=m)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out = m(x)
+    F.cross_entropy(out.float(), y).backward()
+    dbg.stop()
+    dbg.step()
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_a_dtypes_own_constant_is_the_same_argument_in_both_runs(tmp_path, level):
+    """finfo(bf16).min and finfo(fp32).min are one argument: bf16 against fp32 names no call for it, at L1 as
+    at mix, and the row of the argument passes."""
+    train_autocast(tmp_path / "target", level, bf16=True)
+    train_autocast(tmp_path / "golden", level, bf16=False)
+    (p,) = compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "out"),
+                   quiet=True).to_json()["pairs"]
+    for key in ("first_divergence", "first_warning", "first_error"):
+        assert p[key] is None or "Torch.where" not in p[key]["name"], (key, p[key])
+    assert "finfo" not in (p["first_divergence"] or {}).get("reason", "")
+    assert "differs: -3.3895" not in open(p["result_file"]).read()
+
+
+def scaled_by_a_hook(m, x):
+    m[2].register_forward_hook(lambda module, args, out: out * 1.001)
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_a_call_only_the_target_makes_is_named_before_the_optimizers_update(tmp_path, level):
+    """A forward hook of the target scales a layer's output (a Tensor.mul only the target makes), AdamW's
+    update in the dump's window: the hook's call is the answer at every step (at mix, with the module whose
+    hook made it), no update of the optimizer's."""
+    for p in pairs(tmp_path, level, scaled_by_a_hook):
+        assert p["first_only_in_target"]["name"] == "Tensor.mul.0.forward", p["first_only_in_target"]
+        assert (p["first_divergence"] or {}).get("name") in (None, "Module.2.Linear.forward.0"), p["first_divergence"]
+
+
+def test_the_optimizer_amplifies_a_healthy_compiles_rounding(tmp_path):
+    """Compiled against eager, AdamW's update in the window: the gradients differ by rounding only, and Adam
+    divides by their own size, so its update departs far more than its inputs. It introduces nothing (a
+    warning that says so); a healthy compile has no divergence at any step."""
+    from lm import Net, batch
+
+    def run(path, compiled):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        net = Net()
+        model = torch.compile(net) if compiled else net
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+        dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
+        tokens, target = batch()
+        for _ in range(2):
+            dbg.start(model=model)
+            F.cross_entropy(model(tokens).flatten(0, 1), target.flatten()).backward()
+            opt.step()
+            opt.zero_grad()
+            dbg.stop()
+            dbg.step()
+
+    run(tmp_path / "target", True)
+    run(tmp_path / "golden", False)
+    result = compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "out"), quiet=True)
+    assert [p["first_divergence"] for p in result.to_json()["pairs"]] == [None, None]
+    rows = "".join(open(p["result_file"]).read() for p in result.to_json()["pairs"])
+    assert "Tensor.addcdiv_" in rows and "amplified: an update after the backward pass" in rows
+
+
+def test_a_clean_run_up_to_the_optimizer_names_the_update_that_departs(tmp_path):
+    """Nothing differs before the update (same model, same gradients) but the target's optimizer updates
+    differently: the update is named, as before."""
+    def sgd_step(path, lr):
+        m = mlp()
+        opt = torch.optim.SGD(m.parameters(), lr=lr)
+        gen = torch.Generator().manual_seed(1)
+        x, y = torch.randn(6, 8, generator=gen), torch.randint(0, 4, (6,), generator=gen)
+        dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
+        dbg.start(model=m)
+        F.cross_entropy(m(x), y).backward()
+        if lr == 0.2:  # the target's own update rule: a hand-written step that scales the gradient first
+            for p in m.parameters():
+                p.grad.mul_(1.5)
+        opt.step()
+        dbg.stop()
+        dbg.step()
+    sgd_step(tmp_path / "target", 0.2)
+    sgd_step(tmp_path / "golden", 0.1)
+    (p,) = compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "out"),
+                   quiet=True).to_json()["pairs"]
+    named = p["first_divergence"] or p["first_only_in_target"]
+    assert named["name"].startswith("Tensor.mul_") or "lr" in named.get("reason", ""), named

@@ -461,9 +461,12 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             explained = in_seen.get(direction)
         else:
             explained = before_inside.get(pair.target, out_seen["forward"]) if asked else None
+        # after the backward pass (the optimizer's update) a call amplifies what already differs before it
+        after_backward = None if direction != "forward" or not backward_begun_before else \
+            "differs" if max(out_seen.values()) > 0 or extra is not None or unpaired_before > 0 else "clean"
         record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
                                            upstream, explained, grad_inputs.get(owner, NO_GRAD_INPUTS), missing,
-                                           unpaired_before)
+                                           unpaired_before, after_backward)
         if verdict.nonfinite_in or verdict.nonfinite_out:
             # at mix a module's record follows the calls inside it: one of those was before it, not earlier
             before = nonfinite_first is not None and pair.target not in target.parent_chain(nonfinite_first)

@@ -47,3 +47,30 @@ def _numpy_reads(dtype: str) -> bool:
     except Exception:  # noqa: BLE001 - numpy raises TypeError, ValueError, SyntaxError for odd texts
         return False
     return True
+
+
+# torch.finfo / numpy.finfo of the float dtypes a run computes in: (min, max, eps, tiny)
+_CONSTANTS = {
+    "float16": (-65504.0, 65504.0, 0.0009765625, 6.103515625e-05),
+    "bfloat16": (-3.3895313892515355e+38, 3.3895313892515355e+38, 0.0078125, 1.1754943508222875e-38),
+    "float32": (-3.4028234663852886e+38, 3.4028234663852886e+38, 1.1920928955078125e-07, 1.1754943508222875e-38),
+    "float64": (-1.7976931348623157e+308, 1.7976931348623157e+308, 2.220446049250313e-16, 2.2250738585072014e-308),
+}
+
+
+def _constant_of(value) -> int | None:
+    """Which of a dtype's (min, max, eps, tiny) `value` is, for some float dtype, or None."""
+    if value.__class__ is not float:
+        return None
+    for constants in _CONSTANTS.values():
+        for which, constant in enumerate(constants):
+            if abs(value - constant) <= 1e-6 * abs(constant):  # written through float32 or not
+                return which
+    return None
+
+
+def same_dtype_constant(a, b) -> bool:
+    """Whether two scalar arguments are the same dtype-derived constant of two dtypes: `torch.finfo(x.dtype).min`
+    is -3.39e38 under bf16 and -3.40e38 in fp32, the same argument of a mask (T5's)."""
+    which = _constant_of(a)
+    return which is not None and which == _constant_of(b)

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import nonfinite
+from .dtypes import same_dtype_constant
 from .metrics import STATS, eps_of, finite, magnitude, noise_error, numel, stat_error, stat_measures
 from .pair import dtype_kind, is_module, split_name
 from .rows import INPUT, OUTPUT, params_grad_owner
@@ -110,6 +111,10 @@ _DIFF_COLUMNS = ("Max diff", "Min diff", "Mean diff", "L2norm diff")
 _REL_COLUMNS = tuple(f"{key}RelativeErr" for key in STATS)
 
 
+AFTER_BACKWARD = ("amplified: an update after the backward pass (the optimizer's, clipping) from gradients or "
+                  "weights that already differ (Adam divides by the gradients' own size): the cause is earlier")
+
+
 @dataclass
 class Verdict:
     result: str = PASS
@@ -121,6 +126,7 @@ class Verdict:
     eps: float = 0.0            # the coarsest precision it was judged at
     in_err: float = 0.0
     out_err: float = 0.0
+    setting: bool = False       # a scalar argument differs (or only one run passes one)
     nonfinite_out: bool = False  # an output holds NaN/Inf where the golden's is finite
     nonfinite_in: list = field(default_factory=list)  # such inputs: (suffix, nonfinite kind, target statistics)
 
@@ -294,7 +300,7 @@ class Judge:
     # -- one record pair ---------------------------------------------------------------------------------
     def judge(self, pair, t_dump, g_dump, stack: str = "", inner_eps: float = 0.0, upstream: float = 0.0,
               explained: float | None = None, grad_inputs: tuple = NO_GRAD_INPUTS, missing: str | None = None,
-              unpaired: int = 0) -> tuple:
+              unpaired: int = 0, after_backward: str | None = None) -> tuple:
         """(rows, Verdict) for a Pair. `inner_eps`: the coarsest precision of the calls made inside this one
         (a module under autocast computes in bf16 between fp32 inputs and outputs). `upstream`: how much
         what this call also depends on already differs (a backward depends on its forward's inputs).
@@ -303,7 +309,11 @@ class Judge:
         records. `missing`: "inputs" or "outputs" when a data_mode filter left that part out of a dump; then
         `upstream` holds the earlier calls' output difference (inputs missing) and `explained` their input
         difference (outputs missing), and the reasons say so. `unpaired`: forward calls before this one that
-        paired with nothing (not compared, so not in `explained`)."""
+        paired with nothing (not compared, so not in `explained`). `after_backward`: a forward call after the
+        backward pass (the optimizer's update), "differs" when an earlier call's outputs differ at all (or one
+        run made a call the other did not), else "clean"; such a call whose inputs or earlier calls differ
+        introduces nothing but a setting of its own (lr, eps): it amplifies (Adam divides by the gradients'
+        own size)."""
         if pair.target is None or pair.golden is None:
             side, name, dump = ("target", pair.target, t_dump) if pair.golden is None else \
                 ("golden", pair.golden, g_dump)
@@ -380,6 +390,8 @@ class Judge:
                             param_eps = max(param_eps, eps_of(t_row.dtype), eps_of(g_row.dtype))
                         elif err >= data_err:
                             data_err, data_at, data_grad = err, suffix, g_row.obj.get("requires_grad") is True
+                elif problems and same_dtype_constant(_value(t_row.obj), _value(g_row.obj)):
+                    problems = []  # finfo(dtype).min of each run's own dtype: the same argument
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
                                      f"{_value(t_row.obj)!r} vs {_value(g_row.obj)!r}")
@@ -436,6 +448,11 @@ class Judge:
                 if magnitude(g_obj) < floor and magnitude(t_obj) < floor and errs[OUTPUT][at] != math.inf:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
         self._decide(verdict, errs, extra, eps, t_rows, new_nonfinite, argument_err, one_sided, missing, setting)
+        if after_backward and verdict.introduced and (after_backward == "differs" or verdict.in_err > 0) \
+                and not verdict.setting and not new_nonfinite:
+            verdict.introduced = False
+            verdict.result = WARNING
+            verdict.reasons = [AFTER_BACKWARD]
         if explained is not None and not verdict.introduced and self.mode != "md5":
             self._first_seen(verdict, pair.target, explained, tol, (data_err, data_at, data_grad),
                              (param_err, TOLERANCE_EPS * param_eps), missing, gradients, unpaired)
@@ -551,6 +568,7 @@ class Judge:
         ins = "earlier calls' outputs (inputs not dumped)" if missing == "inputs" else "inputs"
         out_err = max(errs[OUTPUT], default=0.0)
         verdict.in_err, verdict.out_err = in_err, out_err
+        verdict.setting = argument_err > 0 or one_sided
         if new_nonfinite:
             verdict.raise_to(ERROR, "target output has NaN/Inf where golden is finite")
             if all(finite(r.obj) for r in t_rows if r.role == INPUT and r.is_tensor):
