@@ -25,7 +25,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-from . import nonfinite
+from . import defaults, nonfinite, quantities
 from .dtypes import same_dtype_constant
 from .metrics import STATS, eps_of, finite, magnitude, noise_error, numel, stat_error, stat_measures
 from .pair import dtype_kind, is_module, split_name
@@ -127,6 +127,7 @@ class Verdict:
     in_err: float = 0.0
     out_err: float = 0.0
     setting: bool = False       # a scalar argument differs (or only one run passes one)
+    comparable: bool = True     # False: the two records hold different quantities (compare/quantities.py)
     nonfinite_out: bool = False  # an output holds NaN/Inf where the golden's is finite
     nonfinite_in: list = field(default_factory=list)  # such inputs: (suffix, nonfinite kind, target statistics)
 
@@ -157,10 +158,13 @@ def _a_setting(value) -> bool:
     return isinstance(value, bool) or not isinstance(value, (int, float))
 
 
-def _passed_by_one_run(t_only: list, g_only: list, arguments: list) -> bool:
+def _passed_by_one_run(t_only: list, g_only: list, arguments: list, base: str = "") -> bool:
     """Says each scalar argument that only one run passes (in `arguments`); True when there is one. A value
     that one run passes by position and the other by keyword (`softmax(-1)`, `softmax(dim=-1)`) is the
-    same setting under two names: such a pair cancels (two keywords of equal value are two settings)."""
+    same setting under two names: such a pair cancels (two keywords of equal value are two settings). A
+    keyword passed with the API's default value is the argument the other run left out (compare/defaults.py)."""
+    t_only = [(suffix, row) for suffix, row in t_only if not _default(base, suffix, row)]
+    g_only = [(suffix, row) for suffix, row in g_only if not _default(base, suffix, row)]
     left = list(g_only)
     for suffix, row in t_only:
         twin = next((g for g in left if _by_position(suffix) != _by_position(g[0])
@@ -172,6 +176,40 @@ def _passed_by_one_run(t_only: list, g_only: list, arguments: list) -> bool:
     arguments.extend(f"argument {suffix.lstrip('.')} differs: not passed vs {_value(row.obj)!r}"
                      for suffix, row in left)
     return len(t_only) != len(g_only) or bool(left)
+
+
+def _transposed_gradient(t_row, g_row) -> bool:
+    """A matrix's gradient written transposed by one side (the reference tool's addmm gradient of weight.t()):
+    the same values, so the same statistics."""
+    return t_row.role == OUTPUT and ".backward." in t_row.name and len(t_row.shape or ()) == 2 \
+        and list(t_row.shape) == list(reversed(g_row.shape or ()))
+
+
+def _gradients_by_shape(t_rows, cut: int, g_rows: dict) -> dict:
+    """The golden's rows of a backward record, its gradients (`.output.K`) put in the target's order where
+    the two list the same tensors in another order: the reference tool writes a call's gradients in its
+    autograd node's order (addmm's: bias, input, transposed weight), msprobe_lite in the call's arguments'
+    order. Shapes are compared as sets of sizes (a transposed weight has the statistics of the weight); only
+    where each such key is one tensor's on both sides, otherwise as they are."""
+    t_out = {r.name[cut:]: r for r in t_rows if r.role == OUTPUT and r.name[cut:].count(".") == 2 and r.is_tensor}
+    g_out = {k: r for k, r in g_rows.items() if r.role == OUTPUT and k.count(".") == 2 and r.is_tensor}
+    key = lambda r: (tuple(sorted(r.shape or ())), same_dtype(r.dtype or ""))  # noqa: E731
+    if len(t_out) < 2 or all(k in g_out and key(g_out[k]) == key(r) for k, r in t_out.items()):
+        return g_rows
+    by_key = {}
+    for k, r in g_out.items():
+        by_key.setdefault(key(r), []).append(k)
+    if sorted(map(key, t_out.values())) != sorted(map(key, g_out.values())) or any(len(v) > 1 for v in by_key.values()):
+        return g_rows
+    moved = {k: r for k, r in g_rows.items() if k not in g_out}
+    for k, r in t_out.items():
+        moved[k] = g_out[by_key[key(r)][0]]
+    return moved
+
+
+def _default(base: str, suffix: str, row) -> bool:
+    parts = suffix.lstrip(".").split(".")
+    return len(parts) == 2 and not parts[1].isdigit() and defaults.is_default(base, parts[1], _value(row.obj))
 
 
 def _scalar_argument(row) -> bool:
@@ -246,7 +284,8 @@ class Judge:
         if t_row.shape is None or g_row.shape is None:  # not read when dumped (a framework error at the time)
             sides = [side for side, row in (("target", t_row), ("golden", g_row)) if row.shape is None]
             return out, 0.0, [f"the {' and '.join(sides)} tensor could not be read when it was dumped: not compared"]
-        if t_row.shape != g_row.shape and list(t_row.shape or []) != list(g_row.shape or []):
+        if t_row.shape != g_row.shape and list(t_row.shape or []) != list(g_row.shape or []) and not (
+                self.mode == "statistics" and _transposed_gradient(t_row, g_row)):
             return out, math.inf, [f"shape differs: {t_row.shape} vs {g_row.shape}"]
         # a float of another width is the precision under test, an integer of another width (MindSpore's
         # Int32 labels against PyTorch's int64) holds the same values, compared below: neither is a difference
@@ -330,6 +369,8 @@ class Judge:
         g_tail, t_tail = self.golden_tail, self.tail
         g_rows = {(g_tail(r.name[cut_g:], pair.golden) if g_tail else r.name[cut_g:]): r
                   for r in g_dump.rows(pair.golden)}
+        if split_name(pair.target)[1] == "backward":
+            g_rows = _gradients_by_shape(t_rows, cut_t, g_rows)
         verdict = Verdict()
         if pair.how == "aligned":
             verdict.reasons.append(f"aligned with {pair.golden}")
@@ -419,7 +460,7 @@ class Judge:
                 rows.append(row)
                 row_problems.append(problems)
         errs[INPUT].append(upstream)
-        one_sided = _passed_by_one_run(t_only, g_only, arguments)
+        one_sided = _passed_by_one_run(t_only, g_only, arguments, split_name(pair.target)[0])
         # A gradient smaller, in both runs, than the rounding of one value of the gradients it was computed
         # from (one that is zero in exact arithmetic: a convolution bias's before BatchNorm, attention's key
         # projection bias's) is noise, and against its own magnitude any two roundings of it differ wildly:
@@ -448,7 +489,13 @@ class Judge:
                 if magnitude(g_obj) < floor and magnitude(t_obj) < floor and errs[OUTPUT][at] != math.inf:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
         self._decide(verdict, errs, extra, eps, t_rows, new_nonfinite, argument_err, one_sided, missing, setting)
-        if after_backward and verdict.introduced and (after_backward == "differs" or verdict.in_err > 0) \
+        different = quantities.not_comparable(*split_name(pair.target)[:2], t_dump.records.get(pair.target),
+                                              g_dump.records.get(pair.golden))
+        if different:  # two tools' values of two things under one name: neither agrees nor departs
+            verdict.introduced, verdict.result, verdict.reasons = False, WARNING, [different]
+            verdict.out_err = verdict.in_err = 0.0
+            verdict.comparable = False
+        elif after_backward and verdict.introduced and (after_backward == "differs" or verdict.in_err > 0) \
                 and not verdict.setting and not new_nonfinite:
             verdict.introduced = False
             verdict.result = WARNING

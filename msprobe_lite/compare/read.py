@@ -183,7 +183,29 @@ def load_dump(dump_json: str, step: int | None = None, rank: int | None = None) 
     return Dump(path=dump_json, step=step, rank=rank, task=task,
                 level=str(content.get("level", "")), framework=str(content.get("framework", "")),
                 data_dir=_tensor_folder(dump_json, folder, content.get("dump_data_dir"), task),
-                records=content["data"], stacks=stacks, parents=parents)
+                records=_by_dependency(content["data"]), stacks=stacks, parents=parents)
+
+
+def _by_dependency(records: dict) -> dict:
+    """`records` in the order their values are made: a module's parameter gradients after the backward record
+    of its call that makes them. The reference tool writes `Module.fc.Linear.parameters_grad.0` before
+    `Module.fc.Linear.backward.0`; judged in file order, they came before the gradient flowing into them."""
+    order, held = [], {}  # held: module -> its parameter-gradient record waiting for its backward record
+    for name in records:
+        parts = name.split(".")
+        if len(parts) >= 3 and parts[-2] == "parameters_grad":
+            owner = ".".join(parts[:-2])
+            if owner in held:
+                order.append(held.pop(owner))
+            held[owner] = name
+            continue
+        order.append(name)
+        if len(parts) >= 3 and parts[-2] == "backward" and ".".join(parts[:-2]) in held:
+            order.append(held.pop(".".join(parts[:-2])))
+    if not held and len(order) == len(records) and all(a == b for a, b in zip(order, records)):
+        return records
+    order.extend(held.values())
+    return {name: records[name] for name in order}
 
 
 TENSOR_FOLDER = "dump_tensor_data"

@@ -8,6 +8,7 @@ import json
 import math
 import operator
 import os
+import re
 
 from ..core.paths import file_in_the_way, nearest_existing
 from ..core.writer import FILE_MODE, make_dirs, write_atomic, write_bytes_atomic
@@ -235,9 +236,24 @@ def across_ranks_line(verdict: dict) -> str:
     return f"{where}{got} received a difference that no rank's line shows being made (a rank not compared?)"
 
 
+# frames of the frameworks and of the debuggers themselves: never the line to show (a dump of the reference
+# tool has torch/nn/modules/module.py innermost); the user's model, in site-packages or not, is
+_NOT_THE_USERS = re.compile(r"[\\/](torch|torch_npu|mindspore|msadapter|msprobe|msprobe_lite|_pytest|pluggy)[\\/]")
+
+
+def users_frame(stack: list):
+    """The innermost frame of `stack` outside the frameworks and debuggers (the innermost, if all are)."""
+    for frame in stack:
+        path = frame[5:frame.find(", line")] if frame.startswith("File ") else frame
+        if not _NOT_THE_USERS.search(path):
+            return frame
+    return stack[0] if stack else None
+
+
 def at(found: dict) -> str:
-    """` at File f, line n, in g: source` of a found call's innermost frame, or ""."""
-    return f" at {found['stack'][0]}".replace(", \n ", ": ") if found.get("stack") else ""
+    """` at File f, line n, in g: source` of a found call's innermost frame of the user's code, or ""."""
+    frame = users_frame(found.get("stack") or [])
+    return f" at {frame}".replace(", \n ", ": ") if frame else ""
 
 
 def _svg_plot(errors: list, width: int = 900, height: int = 180) -> str:
