@@ -269,3 +269,52 @@ def test_a_mapping_file_with_a_bad_section_is_named(tmp_path, text, expected):
                        + re.escape(expected)):
         load_names(str(path))
 
+
+
+class _PtBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class _PtBlockNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block, self.head = _PtBlock(), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
+class _MsBlock(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = mint.nn.Linear(8, 16), nn.ReLU(), mint.nn.Linear(16, 8)
+
+    def construct(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class _MsBlockNet(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.block, self.head = _MsBlock(), mint.nn.Linear(8, 4)
+
+    def construct(self, x):
+        return self.head(self.block(x))
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_cells_and_modules_pair_by_path_whatever_their_classes_are_named(tmp_path, level, monkeypatch):
+    """A port names its classes its own way (`_MsBlock` for `_PtBlock`): the records under them pair by path
+    without a mapping, and the answer says the classes differ, as information."""
+    monkeypatch.setitem(demo.NETWORKS, "blocks", (_PtBlockNet, _MsBlockNet, (4, 8)))
+    ms_dump, pt_dump = dump_both(tmp_path, "blocks", level=level)
+    for target, golden, classes in ((ms_dump, pt_dump, "_MsBlock / _PtBlock"), (pt_dump, ms_dump, "_PtBlock / _MsBlock")):
+        (p,) = compare(str(target), str(golden), str(tmp_path / "out"), quiet=True).pairs
+        c = p["counts"]
+        assert c["unmatched_target"] == c["unmatched_golden"] == c["error"] == c["warning"] == 0, c
+        assert p["note"] == f"paired by path, classes named differently: block ({classes})"

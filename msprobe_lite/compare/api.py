@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..core.naming import counterpart
 from ..core.writer import write_atomic
 from . import nonfinite, report, tensors
-from .frameworks import namespace_free, translations
+from .frameworks import class_free, module_class, namespace_free, translations
 from .judge import (ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, Judge, across_ranks,
                     files_only, record_eps, same_dtype)
 from .metrics import eps_of
@@ -292,6 +292,23 @@ def _operator_names(records, other) -> object:
     return lambda name: f"Tensor.{renamed[api(name)]}.{name.split('.', 2)[2]}" if api(name) in renamed else name
 
 
+def _classes_differ(pairs, t_names, g_names) -> str:
+    """Modules and cells paired by path whose classes differ (after the name mapping's own classes): said,
+    not a difference (a port names its classes its own way)."""
+    seen = {}
+    for pair in pairs:
+        if pair.target and pair.golden:
+            t = module_class(t_names.record(pair.target) if t_names else pair.target)
+            g = module_class(g_names.record(pair.golden) if g_names else pair.golden)
+            if t and g and t[0] == g[0] and t[1] != g[1]:
+                seen.setdefault(t[0], (module_class(pair.target)[1], module_class(pair.golden)[1]))
+    if not seen:
+        return ""
+    shown = ", ".join(f"{path} ({t} / {g})" for path, (t, g) in list(seen.items())[:3])
+    more = f" and {len(seen) - 3} more" if len(seen) > 3 else ""
+    return f"paired by path, classes named differently: {shown}{more}"
+
+
 def _compose(first, second):
     return lambda name: second(first(name))
 
@@ -405,6 +422,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     rename_g = g_names.record if g_names else _as_is
     if across:
         rename_t, rename_g = _compose(rename_t, namespace_free), _compose(rename_g, namespace_free)
+        rename_t, rename_g = _compose(rename_t, class_free), _compose(rename_g, class_free)
     rename_t = _compose(rename_t, _operator_names(target.records, golden.records))
     rename_g = _compose(rename_g, _operator_names(golden.records, target.records))
     note, by_parent = _levels(target.level, golden.level)
@@ -414,6 +432,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     _values_in_both(target, golden)
     _some_part_in_common(target, golden)
     pairs = pair_records(target, golden, rename_t, rename_g, by_parent, across)
+    if across:
+        note = "; ".join(filter(None, [_classes_differ(pairs, t_names, g_names), note])) or None
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
     judge = Judge(mode, _tensor_measurer(measured), *_row_tails(t_names, g_names),
                   distributed=rank is not None, later_step=bool(step),

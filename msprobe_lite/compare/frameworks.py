@@ -154,6 +154,26 @@ def namespace_free(name: str) -> str:
     return name
 
 
+def class_free(name: str) -> str:
+    """`Module.block.PtBlock.forward.0` -> `Module.block.*.forward.0` (for pairing across frameworks only: a
+    port names its classes its own way, `MsBlock` for `PtBlock`; modules and cells pair by path)."""
+    parts = name.split(".")
+    if len(parts) >= 3 and parts[0] in ("Module", "Cell"):
+        if len(parts) >= 4 and parts[-2] in _NUMBERED and parts[-1].isdigit():
+            return ".".join(parts[:-3] + ["*"] + parts[-2:])
+        if parts[-1] == "parameters_grad":
+            return ".".join(parts[:-2] + ["*", parts[-1]])
+    return name
+
+
+def module_class(name: str):
+    """(path, class) of a module or cell record's name (`Module.block.PtBlock.forward.0`), else None."""
+    parts = name.split(".")
+    if len(parts) >= 5 and parts[0] in ("Module", "Cell") and parts[-2] in _NUMBERED and parts[-1].isdigit():
+        return ".".join(parts[1:-3]), parts[-3]
+    return None
+
+
 def translations(target_framework: str, golden_framework: str, path: str = MAPPING) -> tuple:
     """(target's Translation or None, golden's Translation or None): a MindSpore side is translated when the
     other side writes PyTorch names (PyTorch, or MSAdapter's "mindtorch")."""
