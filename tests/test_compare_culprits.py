@@ -241,3 +241,26 @@ def test_our_dump_and_the_references_of_the_same_run_agree(tmp_path, ours_first)
     assert p["counts"]["unmatched_target"] == p["counts"]["unmatched_golden"] == p["counts"]["error"] == 0, p
     rows = open(p["result_file"]).read()
     assert rows.count("not comparable (different quantities)") >= 1 and "Functional.cross_entropy.0.backward" in rows
+
+
+def test_a_dropout_left_active_is_named_with_the_way_to_turn_it_off(tmp_path):
+    """Two runs whose dropout draws other masks (another seed, another framework's generator): the dropout
+    is named, and the reason says how to compare without it."""
+    def run(path, seed):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.Linear(16, 4))
+        dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
+        x = torch.randn(6, 8, generator=torch.Generator().manual_seed(1))
+        torch.manual_seed(seed)
+        dbg.start(model=m)
+        m(x).sum().backward()
+        dbg.stop()
+        dbg.step()
+
+    run(tmp_path / "target", 1)
+    run(tmp_path / "golden", 2)
+    (p,) = compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "out"),
+                   quiet=True).to_json()["pairs"]
+    first = p["first_divergence"]
+    assert first["name"] == "Functional.dropout.0.forward", first
+    assert "seed_all(rm_dropout=True)" in first["reason"]

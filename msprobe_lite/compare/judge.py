@@ -111,6 +111,8 @@ _DIFF_COLUMNS = ("Max diff", "Min diff", "Mean diff", "L2norm diff")
 _REL_COLUMNS = tuple(f"{key}RelativeErr" for key in STATS)
 
 
+DROPOUT_HINT = ("a dropout left active draws its own random mask in each run (each framework its own generator): "
+                "compare with dropout off (seed_all(rm_dropout=True) in both scripts, or model.eval())")
 AFTER_BACKWARD = ("amplified: an update after the backward pass (the optimizer's, clipping) from gradients or "
                   "weights that already differ (Adam divides by the gradients' own size): the cause is earlier")
 
@@ -503,6 +505,8 @@ class Judge:
         if explained is not None and not verdict.introduced and self.mode != "md5":
             self._first_seen(verdict, pair.target, explained, tol, (data_err, data_at, data_grad),
                              (param_err, TOLERANCE_EPS * param_eps), missing, gradients, unpaired)
+        if verdict.introduced and "dropout" in pair.target.lower():
+            verdict.raise_to(ERROR, DROPOUT_HINT)
         if self.distributed and verdict.introduced and params_grad_owner(pair.target):
             verdict.raise_to(ERROR, ACROSS_RANKS)
         elif self.distributed and verdict.introduced and pair.target.startswith("Distributed.") and not argument_err:
