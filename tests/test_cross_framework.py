@@ -346,3 +346,32 @@ def test_md5_is_not_judged_across_frameworks(tmp_path):
     (p,) = compare(steps[1], steps[0], str(tmp_path / "out"), quiet=True).pairs
     assert p["note"].startswith("md5 not compared across frameworks"), p["note"]
     assert p["counts"]["error"] == p["counts"]["warning"] == 0 and p["counts"]["pass"] >= 8, p["counts"]
+
+
+class _PtTransposed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x.transpose(1, 2))
+
+
+class _MsTransposed(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = mint.nn.Linear(4, 3)
+
+    def construct(self, x):
+        return self.fc(x.transpose(0, 2, 1))  # MindSpore's transpose takes the whole permutation
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_mindsporess_transpose_by_permutation_is_pytorchs_two_axis_transpose(tmp_path, level, monkeypatch):
+    """`x.transpose(0, 2, 1)` in MindSpore is `x.transpose(1, 2)` in PyTorch: paired, and their axis arguments
+    (a permutation, two axes) are no difference ("argument input.1 differs: 0 vs 1" on a clean port)."""
+    monkeypatch.setitem(demo.NETWORKS, "transposed", (_PtTransposed, _MsTransposed, (2, 4, 5)))
+    ms_dump, pt_dump = dump_both(tmp_path, "transposed", level=level)
+    (p,) = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out"), quiet=True).pairs
+    assert p["counts"]["error"] == p["counts"]["warning"] == 0, (p["counts"], p["first_warning"])
+    assert "Tensor.transpose.0.forward" in open(p["result_file"]).read()

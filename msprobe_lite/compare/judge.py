@@ -111,6 +111,10 @@ _DIFF_COLUMNS = ("Max diff", "Min diff", "Mean diff", "L2norm diff")
 _REL_COLUMNS = tuple(f"{key}RelativeErr" for key in STATS)
 
 
+# calls whose axis arguments two frameworks spell differently (MindSpore's Tensor.transpose takes the whole
+# permutation, PyTorch's two axes); their statistics do not depend on the order of axes, and the output's
+# shape says which moved
+_AXES_MOVED = frozenset(("transpose", "permute", "swapaxes", "swapdims", "Transpose"))
 DROPOUT_HINT = ("a dropout left active draws its own random mask in each run (each framework its own generator): "
                 "compare with dropout off (seed_all(rm_dropout=True) in both scripts, or model.eval())")
 AFTER_BACKWARD = ("amplified: an update after the backward pass (the optimizer's, clipping) from gradients or "
@@ -433,6 +437,8 @@ class Judge:
                             param_eps = max(param_eps, eps_of(t_row.dtype), eps_of(g_row.dtype))
                         elif err >= data_err:
                             data_err, data_at, data_grad = err, suffix, g_row.obj.get("requires_grad") is True
+                elif problems and self._across and split_name(pair.target)[0].rsplit(".", 1)[-1] in _AXES_MOVED:
+                    problems = []  # MindSpore's transpose(*perm) is PyTorch's permute, not transpose(d0, d1)
                 elif problems and same_dtype_constant(_value(t_row.obj), _value(g_row.obj)):
                     problems = []  # finfo(dtype).min of each run's own dtype: the same argument
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
