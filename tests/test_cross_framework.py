@@ -68,11 +68,12 @@ def test_a_different_layer_is_named_as_first_divergence(tmp_path):
 
 def test_a_replaced_layer_is_named_at_mix_though_api_calls_do_not_all_pair(tmp_path):
     """GELU in the MindSpore port where PyTorch has ReLU, at mix: the answer named the first primitive that
-    does not pair across frameworks (routine at L1) and never the GELU (a trial). Across frameworks, the
-    call only in the target that is named is a cell or module."""
+    does not pair across frameworks (routine at L1) and never the GELU (a trial). Now the gelu call, alone
+    where PyTorch's relu is alone (compare/runs.py), is read against it and named as the divergence."""
     ms_dump, pt_dump = dump_both(tmp_path, "mlp", level="mix", act=nn.GELU())
     pair = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out"), quiet=True).pairs[0]
-    assert pair["first_only_in_target"]["name"] == "Cell.act.GELU.forward.0", pair["first_only_in_target"]
+    first = pair["first_divergence"]
+    assert first["name"] == "Functional.gelu.0.forward" and first["golden_name"] == "Functional.relu.0.forward"
 
 
 def test_checkpoint_conversion_and_weight_comparison(tmp_path, capsys):
@@ -375,3 +376,60 @@ def test_mindsporess_transpose_by_permutation_is_pytorchs_two_axis_transpose(tmp
     (p,) = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out"), quiet=True).pairs
     assert p["counts"]["error"] == p["counts"]["warning"] == 0, (p["counts"], p["first_warning"])
     assert "Tensor.transpose.0.forward" in open(p["result_file"]).read()
+
+
+class _PtBiasedCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.relu, self.head = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Linear(64, 3)
+
+    def forward(self, x):
+        h = self.relu(self.conv(x))
+        return self.head(h.reshape(h.shape[0], -1))
+
+
+class _MsBiasedCNN(nn.Cell):
+    """nn.Conv2d with a bias runs Conv2D then BiasAdd, nn.Dense MatMul then BiasAdd: PyTorch runs one call."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.relu, self.head = nn.ReLU(), nn.Dense(64, 3)
+
+    def construct(self, x):
+        h = self.relu(self.conv(x))
+        return self.head(h.reshape(h.shape[0], -1))
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+@pytest.mark.parametrize("fault", [False, True])
+def test_one_pytorch_call_pairs_with_the_run_of_mindspore_primitives_that_makes_it(tmp_path, level, fault,
+                                                                                   monkeypatch):
+    """A clean port pairs every call (conv2d with Conv2D + BiasAdd, linear with MatMul + BiasAdd: the run's
+    first inputs and last outputs); a bias that the port doubled names that run's call, in either direction."""
+    from msprobe_lite.mindspore import PrecisionDebugger as MsDebugger
+    from msprobe_lite.pytorch import PrecisionDebugger as PtDebugger
+
+    monkeypatch.setitem(demo.NETWORKS, "biased", (_PtBiasedCNN, _MsBiasedCNN, (2, 3, 4, 4)))
+    tnet, mnet, x, _ = demo.converted_pair("biased", str(tmp_path / "weights"))
+    if fault:
+        mnet.conv.bias.set_data(mnet.conv.bias * 2)
+    debugger = PtDebugger(dump_path=str(tmp_path / "pt"), task="statistics", level=level)
+    debugger.start(tnet)
+    (tnet(torch.from_numpy(x)) ** 2).mean().backward()
+    debugger.stop()
+    debugger.step()
+    debugger = MsDebugger(dump_path=str(tmp_path / "ms"), task="statistics", level=level)
+    debugger.start(mnet)
+    ms.value_and_grad(lambda inp: (mnet(inp) ** 2).mean(), None, mnet.trainable_params())(ms.Tensor(x))
+    debugger.stop()
+    debugger.step()
+    for target, golden in ((tmp_path / "ms" / "step0", tmp_path / "pt" / "step0"),
+                           (tmp_path / "pt" / "step0", tmp_path / "ms" / "step0")):
+        (p,) = compare(str(target), str(golden), str(tmp_path / "out"), quiet=True).pairs
+        assert p["counts"]["unmatched_target"] == p["counts"]["unmatched_golden"] == 0, p["counts"]
+        first = p["first_divergence"] or p["first_seen"]
+        if not fault:
+            assert first is None and p["counts"]["error"] == p["counts"]["warning"] == 0, (p["counts"], first)
+        else:
+            assert first["name"] in ("Primitive.Conv2D.0.forward", "Functional.conv2d.0.forward"), first

@@ -18,6 +18,7 @@ from .judge import (ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNI
                     files_only, record_eps, same_dtype)
 from .metrics import eps_of
 from .pair import dtype_kind, is_module, pair_records, split_name
+from .runs import join_runs
 from .read import DumpError, load_dump, pair_inputs, place, resolve
 from .rows import INPUT, OUTPUT, params_grad_owner
 
@@ -439,6 +440,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     _values_in_both(target, golden)
     _some_part_in_common(target, golden)
     pairs = pair_records(target, golden, rename_t, rename_g, by_parent, across)
+    if across:
+        pairs = join_runs(pairs, target, golden)
     if across:
         note = "; ".join(filter(None, [_classes_differ(pairs, t_names, g_names), note])) or None
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}

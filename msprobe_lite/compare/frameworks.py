@@ -156,14 +156,26 @@ def namespace_free(name: str) -> str:
 
 def class_free(name: str) -> str:
     """`Module.block.PtBlock.forward.0` -> `Module.block.*.forward.0` (for pairing across frameworks only: a
-    port names its classes its own way, `MsBlock` for `PtBlock`; modules and cells pair by path)."""
+    port names its own classes its own way, `MsBlock` for `PtBlock`, and they pair by path). A framework's
+    own layer (`ReLU`, `GELU`, `Linear`) keeps its class: a GELU where the original has a ReLU is another
+    layer, not another name."""
     parts = name.split(".")
     if len(parts) >= 3 and parts[0] in ("Module", "Cell"):
-        if len(parts) >= 4 and parts[-2] in _NUMBERED and parts[-1].isdigit():
+        if len(parts) >= 4 and parts[-2] in _NUMBERED and parts[-1].isdigit() and not _a_layer(parts[-3]):
             return ".".join(parts[:-3] + ["*"] + parts[-2:])
-        if parts[-1] == "parameters_grad":
+        if parts[-1] == "parameters_grad" and not _a_layer(parts[-2]):
             return ".".join(parts[:-2] + ["*", parts[-1]])
     return name
+
+
+@functools.lru_cache(maxsize=4096)
+def _a_layer(cls: str) -> bool:
+    """Whether a class name (read in PyTorch's names) is one of torch.nn's layers."""
+    try:
+        import torch.nn  # noqa: PLC0415 - imported when a compare across frameworks asks
+    except Exception:  # noqa: BLE001 - no PyTorch here: every class pairs by path
+        return False
+    return isinstance(getattr(torch.nn, cls, None), type)
 
 
 def module_class(name: str):

@@ -380,6 +380,9 @@ class Judge:
         verdict = Verdict()
         if pair.how == "aligned":
             verdict.reasons.append(f"aligned with {pair.golden}")
+        if pair.joined:  # runs.py: one call of one run, several of the other
+            verdict.reasons.append(f"with {', '.join(pair.joined)} as one call (the first's inputs, the last's "
+                                   f"outputs)")
         rows, errs = [], {INPUT: [], OUTPUT: []}
         worst_eps = 0.0
         extra = {INPUT: {}, OUTPUT: {}}

@@ -24,6 +24,7 @@ class Pair:
     target: str | None
     golden: str | None
     how: str            # exact / aligned / unmatched
+    joined: tuple = ()  # the other calls of a run read as one call with the record named (runs.py)
 
 
 def split_name(name: str):
