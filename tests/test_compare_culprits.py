@@ -264,3 +264,32 @@ def test_a_dropout_left_active_is_named_with_the_way_to_turn_it_off(tmp_path):
     first = p["first_divergence"]
     assert first["name"] == "Functional.dropout.0.forward", first
     assert "seed_all(rm_dropout=True)" in first["reason"]
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_an_optimizer_that_differs_is_named_as_the_place(tmp_path, level):
+    """AdamW with weight decay against Adam (a port's AdamWeightDecay against Adam): step 0 agrees in every
+    record, gradients included; step 1's weights differ, and the answer names the update between the steps."""
+    def run(path, decay):
+        m = mlp()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.5) if decay else \
+            torch.optim.Adam(m.parameters(), lr=1e-2)
+        dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level=level)
+        gen = torch.Generator().manual_seed(1)
+        x, y = torch.randn(6, 8, generator=gen), torch.randint(0, 4, (6,), generator=gen)
+        for _ in range(2):
+            dbg.start(model=m)
+            F.cross_entropy(m(x), y).backward()
+            dbg.stop()
+            opt.step()
+            opt.zero_grad()
+            dbg.step()
+
+    run(tmp_path / "target", True)
+    run(tmp_path / "golden", False)
+    step0, step1 = compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "out"),
+                           quiet=True).to_json()["pairs"]
+    assert step0["first_seen"] is None and step0["first_divergence"] is None
+    found = step1["first_divergence"] or step1["first_seen"]
+    assert found["place"] == "optimizer"
+    assert "the optimizer's update after step 0 differs (step 0 agreed in every record" in found["reason"]

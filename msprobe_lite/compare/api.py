@@ -675,12 +675,36 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
         raise CompareError(str(report.unwritable(exc, output_dir))) from None
 
 
+WEIGHTS_DIFFER = ("weights are not the golden's", "as a weight does", "its parameters differ")
+
+
+def _updated_between(earlier, pair) -> None:
+    """A step whose first finding is its weights, after a step that agreed in every record, gradients
+    included: what changed them is the update between the two steps, the optimizer (named as the place)."""
+    if earlier is None or not isinstance(pair["step"], int) or earlier["step"] != pair["step"] - 1:
+        return
+    if any(earlier[k] for k in ("first_divergence", "first_error", "first_seen", "first_only_in_target")) \
+            or earlier["counts"]["error"] or not earlier["counts"]["pass"]:
+        return
+    found = pair["first_divergence"] or pair["first_seen"]
+    if found is None or not any(text in found["reason"] for text in WEIGHTS_DIFFER):
+        return
+    head = found["reason"].split(": the weights are not the golden's")[0]
+    found["reason"] = (f"{head}: the optimizer's update after step {earlier['step']} differs (step "
+                       f"{earlier['step']} agreed in every record, gradients included): another optimizer, learning "
+                       f"rate, weight decay or eps")
+    found["place"] = "optimizer"
+
+
 def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers) -> Summary:
     """Every step/rank pair compared and written to `output_dir`, with summary.json and report.html."""
     timestamp = time.strftime("%Y%m%d%H%M%S")
     tty = sys.stderr.isatty() and not quiet
     summary, details = None, []
+    before = {}  # rank -> the pair of its latest step
     for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers):
+        _updated_between(before.get(pair["rank"]), pair)
+        before[pair["rank"]] = pair
         summary = summary or Summary(mode)
         summary.pairs.append(pair)
         summary.files += files
