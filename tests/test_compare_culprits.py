@@ -293,3 +293,37 @@ def test_an_optimizer_that_differs_is_named_as_the_place(tmp_path, level):
     found = step1["first_divergence"] or step1["first_seen"]
     assert found["place"] == "optimizer"
     assert "the optimizer's update after step 0 differs (step 0 agreed in every record" in found["reason"]
+
+
+def test_a_fault_at_every_step_is_named_at_every_step(tmp_path):
+    """The target's GELU uses the tanh approximation (a fault in every step), dumped at L0. At step 0 the GELU
+    module is named; at later steps every weight carries step 0's different update, so inputs never quite
+    agree and the first layers read first: the call named before, still departing far beyond its inputs,
+    is named again, and the reason says the weights carry the drift."""
+    from lm import Net, batch
+
+    def run(path, tanh):
+        torch.manual_seed(0)
+        net = Net()
+        if tanh:
+            for block in net.blocks:
+                block.mlp[1] = nn.GELU(approximate="tanh")
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+        dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
+        tokens, target = batch()
+        for _ in range(3):
+            dbg.start(model=net)
+            F.cross_entropy(net(tokens).flatten(0, 1), target.flatten()).backward()
+            dbg.stop()
+            opt.step()
+            opt.zero_grad()
+            dbg.step()
+
+    run(tmp_path / "target", True)
+    run(tmp_path / "golden", False)
+    steps = compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "out"),
+                    quiet=True).to_json()["pairs"]
+    assert [p["first_divergence"]["name"] for p in steps] == ["Module.blocks.0.mlp.1.GELU.forward.0"] * 3
+    for p in steps[1:]:
+        assert p["first_divergence"]["reason"].startswith("still departing as at step 0: outputs differ by")
+        assert "carry the earlier steps' drift" in p["first_divergence"]["reason"]

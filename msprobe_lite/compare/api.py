@@ -14,7 +14,7 @@ from ..core.naming import counterpart
 from ..core.writer import write_atomic
 from . import nonfinite, report, tensors
 from .frameworks import class_free, module_class, namespace_free, translations
-from .judge import (ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, Judge, across_ranks,
+from .judge import (AMPLIFICATION, ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, Judge, across_ranks,
                     files_only, record_eps, same_dtype)
 from .metrics import eps_of
 from .pair import dtype_kind, is_module, pair_records, split_name
@@ -458,6 +458,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     # its own parameters are in its record, those of its children are not, and drift there explains it
     inside: dict = {}
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
+    departing = {}  # call -> (input, output difference): outputs beyond ten times their inputs' (_still_departing)
     first = extra = None  # extra: the first call only in the target, when it comes before any divergence
     # missing_call: the first forward call only in the golden before any divergence that the target left out:
     # between two paired forward calls, with no call only in the target in that gap (one there replaced it: a
@@ -574,6 +575,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             gap, gap_clean = [], True
         counts[verdict.result] += 1
         errors.append(verdict.out_err)
+        if verdict.comparable and verdict.out_err > max(TOLERANCE_EPS * verdict.eps, AMPLIFICATION * verdict.in_err):
+            departing[pair.target] = (verdict.in_err, verdict.out_err)
         module = _module_of(target, pair.target)
         if module:
             worst, result = modules.get(module, (0.0, PASS))
@@ -626,7 +629,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                     # no record of one run met one of the other: nothing was compared (exit status 1)
                     "nothing_paired": not (counts[PASS] or counts[WARNING] or counts[ERROR]),
                     "result_file": csv_path}
-    return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules}
+    return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules,
+                                       "departing": departing}
 
 
 def _one_in_worker(args):
@@ -696,15 +700,34 @@ def _updated_between(earlier, pair) -> None:
     found["place"] = "optimizer"
 
 
+def _still_departing(earlier, pair, departing: dict) -> None:
+    """A step without a divergence of its own whose call named at an earlier step still departs more than ten
+    times its inputs (weights included): that call is named again. At a later step every weight carries the
+    earlier steps' drift, so inputs never quite agree and the modules early in the network read first."""
+    if earlier is None or pair["first_divergence"] is not None:
+        return
+    step, found = earlier
+    hit = departing.get(found["name"])
+    if hit is None:
+        return
+    pair["first_divergence"] = dict(found, since_step=step, reason=(
+        f"still departing as at step {step}: outputs differ by {hit[1]:.3g} of their magnitude, inputs by "
+        f"{hit[0]:.3g}, weights included (they carry the earlier steps' drift)"))
+
+
 def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers) -> Summary:
     """Every step/rank pair compared and written to `output_dir`, with summary.json and report.html."""
     timestamp = time.strftime("%Y%m%d%H%M%S")
     tty = sys.stderr.isatty() and not quiet
     summary, details = None, []
     before = {}  # rank -> the pair of its latest step
+    named = {}   # rank -> (step, first divergence) of its latest step that had one
     for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers):
         _updated_between(before.get(pair["rank"]), pair)
+        _still_departing(named.get(pair["rank"]), pair, detail["departing"])
         before[pair["rank"]] = pair
+        if pair["first_divergence"]:
+            named[pair["rank"]] = (pair["first_divergence"].get("since_step", pair["step"]), pair["first_divergence"])
         summary = summary or Summary(mode)
         summary.pairs.append(pair)
         summary.files += files
