@@ -327,3 +327,37 @@ def test_a_fault_at_every_step_is_named_at_every_step(tmp_path):
     for p in steps[1:]:
         assert p["first_divergence"]["reason"].startswith("still departing as at step 0: outputs differ by")
         assert "carry the earlier steps' drift" in p["first_divergence"]["reason"]
+
+
+def test_clean_bf16_steps_read_as_the_expected_drift_of_low_precision(tmp_path):
+    """bf16 autocast against fp32, nothing wrong: at a later step the weights differ (each update rounds
+    differently), which is what low-precision training does; said so, with its size and where it grows
+    fastest, not as weights loaded or converted wrongly, and not as an optimizer that differs."""
+    from lm import Net, batch
+
+    def run(path, bf16):
+        torch.manual_seed(0)
+        net = Net()
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+        dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
+        tokens, target = batch()
+        for _ in range(3):
+            dbg.start(model=net)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = net(tokens)
+            F.cross_entropy(out.float().flatten(0, 1), target.flatten()).backward()
+            dbg.stop()
+            opt.step()
+            opt.zero_grad()
+            dbg.step()
+
+    run(tmp_path / "target", True)
+    run(tmp_path / "golden", False)
+    steps = compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "out"),
+                    quiet=True).to_json()["pairs"]
+    assert all(p["first_divergence"] is None for p in steps)
+    drifted = [p["first_seen"] for p in steps if p["first_seen"]]
+    assert drifted, [p["counts"] for p in steps]
+    for found in drifted:
+        assert "the expected drift of bf16 training" in found["reason"] and "grows fastest at" in found["reason"]
+        assert "converted" not in found["reason"] and "optimizer" not in found["reason"]

@@ -5,6 +5,7 @@ import contextlib
 import difflib
 import gc
 import json
+import math
 import os
 import sys
 import time
@@ -459,6 +460,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     inside: dict = {}
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
     departing = {}  # call -> (input, output difference): outputs beyond ten times their inputs' (_still_departing)
+    coarsest = 0.0  # the coarsest precision a call was judged at (bf16's: a low-precision run)
     first = extra = None  # extra: the first call only in the target, when it comes before any divergence
     # missing_call: the first forward call only in the golden before any divergence that the target left out:
     # between two paired forward calls, with no call only in the target in that gap (one there replaced it: a
@@ -577,6 +579,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         errors.append(verdict.out_err)
         if verdict.comparable and verdict.out_err > max(TOLERANCE_EPS * verdict.eps, AMPLIFICATION * verdict.in_err):
             departing[pair.target] = (verdict.in_err, verdict.out_err)
+        coarsest = max(coarsest, verdict.eps)
         module = _module_of(target, pair.target)
         if module:
             worst, result = modules.get(module, (0.0, PASS))
@@ -595,7 +598,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                 (first_seen is None and verdict.first_seen) or (first_warning is None and warned):
             found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
                      "stack": stack,
-                     "parents": target.parent_chain(pair.target) or target.parent_chain(_place(pair.target))}
+                     "parents": target.parent_chain(pair.target) or target.parent_chain(_place(pair.target)),
+                     "input_difference": verdict.in_err, "output_difference": verdict.out_err}
             if first is None and verdict.introduced:
                 first = found
                 erred = first_error if first_error and pair.target in first_error["parents"] else None
@@ -630,7 +634,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                     "nothing_paired": not (counts[PASS] or counts[WARNING] or counts[ERROR]),
                     "result_file": csv_path}
     return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules,
-                                       "departing": departing}
+                                       "departing": departing, "coarsest": coarsest}
 
 
 def _one_in_worker(args):
@@ -682,22 +686,52 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
 WEIGHTS_DIFFER = ("weights are not the golden's", "as a weight does", "its parameters differ")
 
 
-def _updated_between(earlier, pair) -> None:
+def _updated_between(before, pair) -> None:
     """A step whose first finding is its weights, after a step that agreed in every record, gradients
-    included: what changed them is the update between the two steps, the optimizer (named as the place)."""
-    if earlier is None or not isinstance(pair["step"], int) or earlier["step"] != pair["step"] - 1:
-        return
-    if any(earlier[k] for k in ("first_divergence", "first_error", "first_seen", "first_only_in_target")) \
-            or earlier["counts"]["error"] or not earlier["counts"]["pass"]:
+    included, by far less than the weights now differ: what changed them is the update between the two
+    steps, the optimizer (named as the place). Not where the step before differed by as much as a tenth of
+    it (bf16 against fp32: Adam turns the gradients' rounding into steps of the learning rate's size)."""
+    if before is None or not _clean(before[0], pair):
         return
     found = pair["first_divergence"] or pair["first_seen"]
-    if found is None or not any(text in found["reason"] for text in WEIGHTS_DIFFER):
+    if found is None or not any(text in found["reason"] for text in WEIGHTS_DIFFER) \
+            or found.get("input_difference", 0.0) <= AMPLIFICATION * before[1]:
         return
+    step = before[0]["step"]
     head = found["reason"].split(": the weights are not the golden's")[0]
-    found["reason"] = (f"{head}: the optimizer's update after step {earlier['step']} differs (step "
-                       f"{earlier['step']} agreed in every record, gradients included): another optimizer, learning "
-                       f"rate, weight decay or eps")
+    found["reason"] = (f"{head}: the optimizer's update after step {step} differs (step {step} agreed in every "
+                       f"record, gradients included): another optimizer, learning rate, weight decay or eps")
     found["place"] = "optimizer"
+
+
+LOW_PRECISION = {eps_of("bfloat16"): "bf16", eps_of("float16"): "fp16"}
+
+
+def _low_precision_drift(before, pair, coarsest: float, departing: dict) -> bool:
+    """At a step after one that agreed as well as its precision allows, in a low-precision run (bf16 or fp16
+    against a finer one), weights that differ are the expected drift of low-precision training (Adam turns
+    each step's rounding into steps of the learning rate's size): said so, with its size and where it grows
+    fastest, instead of weights loaded or converted wrongly. Returns whether it said so."""
+    dtype = LOW_PRECISION.get(coarsest)
+    found = pair["first_seen"]
+    if before is None or dtype is None or found is None or pair["first_divergence"] \
+            or not any(text in found["reason"] for text in WEIGHTS_DIFFER) or not _clean(before[0], pair):
+        return False
+    head = found["reason"].split(": the weights are not the golden's")[0]
+    fastest = max(departing.items(), key=lambda kv: kv[1][1] / max(kv[1][0], 1e-30), default=None)
+    where = f"; it grows fastest at {fastest[0]} (outputs {fastest[1][1]:.3g}, inputs {fastest[1][0]:.3g})" \
+        if fastest else ""
+    found["reason"] = (f"{head}: the expected drift of {dtype} training (step {before[0]['step']} agreed as well as "
+                       f"{dtype} allows, and each update rounds differently): the weights differ by "
+                       f"{found['input_difference']:.3g} of their magnitude{where}")
+    return True
+
+
+def _clean(earlier, pair) -> bool:
+    """Whether `earlier`, the step just before `pair`'s, named nothing and erred nowhere."""
+    return isinstance(pair["step"], int) and earlier["step"] == pair["step"] - 1 and earlier["counts"]["pass"] \
+        and not earlier["counts"]["error"] and not any(
+            earlier[k] for k in ("first_divergence", "first_error", "first_seen", "first_only_in_target"))
 
 
 def _still_departing(earlier, pair, departing: dict) -> None:
@@ -723,9 +757,10 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
     before = {}  # rank -> the pair of its latest step
     named = {}   # rank -> (step, first divergence) of its latest step that had one
     for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers):
-        _updated_between(before.get(pair["rank"]), pair)
+        if not _low_precision_drift(before.get(pair["rank"]), pair, detail["coarsest"], detail["departing"]):
+            _updated_between(before.get(pair["rank"]), pair)
         _still_departing(named.get(pair["rank"]), pair, detail["departing"])
-        before[pair["rank"]] = pair
+        before[pair["rank"]] = (pair, max((e for e in detail["errors"] if math.isfinite(e)), default=0.0))
         if pair["first_divergence"]:
             named[pair["rank"]] = (pair["first_divergence"].get("since_step", pair["step"]), pair["first_divergence"])
         summary = summary or Summary(mode)
