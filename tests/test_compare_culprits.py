@@ -11,6 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lm import Net, batch
+
 from msprobe_lite.compare import compare, report
 from msprobe_lite.compare.overflow import analyse
 from msprobe_lite.pytorch import PrecisionDebugger
@@ -37,6 +39,33 @@ def train(path, level, model=mlp, before=None, steps=2, task="statistics"):
         opt.step()
         opt.zero_grad()
         dbg.stop()
+        dbg.step()
+
+
+def train_lm(path, level, steps, compiled=False, tanh=False, bf16=False, optimizer_in_window=False):
+    """AdamW steps of the small transformer (tests/lm.py), dumped at `level`: compiled by inductor, its GELUs
+    with the tanh approximation, its forward under bf16 autocast, or its optimizer's step inside the window."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = Net()
+    if tanh:
+        for block in net.blocks:
+            block.mlp[1] = nn.GELU(approximate="tanh")
+    model = torch.compile(net) if compiled else net
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level=level)
+    tokens, target = batch()
+    for _ in range(steps):
+        dbg.start(model=model)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(tokens)
+        F.cross_entropy(out.float().flatten(0, 1), target.flatten()).backward()
+        if not optimizer_in_window:
+            dbg.stop()
+        opt.step()
+        opt.zero_grad()
+        if optimizer_in_window:
+            dbg.stop()
         dbg.step()
 
 
@@ -144,26 +173,8 @@ def test_the_optimizer_amplifies_a_healthy_compiles_rounding(tmp_path):
     """Compiled against eager, AdamW's update in the window: the gradients differ by rounding only, and Adam
     divides by their own size, so its update departs far more than its inputs. It introduces nothing (a
     warning that says so); a healthy compile has no divergence at any step."""
-    from lm import Net, batch
-
-    def run(path, compiled):
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        net = Net()
-        model = torch.compile(net) if compiled else net
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
-        dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="L1")
-        tokens, target = batch()
-        for _ in range(2):
-            dbg.start(model=model)
-            F.cross_entropy(model(tokens).flatten(0, 1), target.flatten()).backward()
-            opt.step()
-            opt.zero_grad()
-            dbg.stop()
-            dbg.step()
-
-    run(tmp_path / "target", True)
-    run(tmp_path / "golden", False)
+    train_lm(tmp_path / "target", "L1", steps=2, compiled=True, optimizer_in_window=True)
+    train_lm(tmp_path / "golden", "L1", steps=2, optimizer_in_window=True)
     result = compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "out"), quiet=True)
     assert [p["first_divergence"] for p in result.to_json()["pairs"]] == [None, None]
     rows = "".join(open(p["result_file"]).read() for p in result.to_json()["pairs"])
@@ -300,27 +311,8 @@ def test_a_fault_at_every_step_is_named_at_every_step(tmp_path):
     module is named; at later steps every weight carries step 0's different update, so inputs never quite
     agree and the first layers read first: the call named before, still departing far beyond its inputs,
     is named again, and the reason says the weights carry the drift."""
-    from lm import Net, batch
-
-    def run(path, tanh):
-        torch.manual_seed(0)
-        net = Net()
-        if tanh:
-            for block in net.blocks:
-                block.mlp[1] = nn.GELU(approximate="tanh")
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
-        dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
-        tokens, target = batch()
-        for _ in range(3):
-            dbg.start(model=net)
-            F.cross_entropy(net(tokens).flatten(0, 1), target.flatten()).backward()
-            dbg.stop()
-            opt.step()
-            opt.zero_grad()
-            dbg.step()
-
-    run(tmp_path / "target", True)
-    run(tmp_path / "golden", False)
+    train_lm(tmp_path / "target", "L0", steps=3, tanh=True)
+    train_lm(tmp_path / "golden", "L0", steps=3)
     steps = compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "out"),
                     quiet=True).to_json()["pairs"]
     assert [p["first_divergence"]["name"] for p in steps] == ["Module.blocks.0.mlp.1.GELU.forward.0"] * 3
@@ -333,26 +325,8 @@ def test_clean_bf16_steps_read_as_the_expected_drift_of_low_precision(tmp_path):
     """bf16 autocast against fp32, nothing wrong: at a later step the weights differ (each update rounds
     differently), which is what low-precision training does; said so, with its size and where it grows
     fastest, not as weights loaded or converted wrongly, and not as an optimizer that differs."""
-    from lm import Net, batch
-
-    def run(path, bf16):
-        torch.manual_seed(0)
-        net = Net()
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
-        dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
-        tokens, target = batch()
-        for _ in range(3):
-            dbg.start(model=net)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                out = net(tokens)
-            F.cross_entropy(out.float().flatten(0, 1), target.flatten()).backward()
-            dbg.stop()
-            opt.step()
-            opt.zero_grad()
-            dbg.step()
-
-    run(tmp_path / "target", True)
-    run(tmp_path / "golden", False)
+    train_lm(tmp_path / "target", "L0", steps=3, bf16=True)
+    train_lm(tmp_path / "golden", "L0", steps=3)
     steps = compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "out"),
                     quiet=True).to_json()["pairs"]
     assert all(p["first_divergence"] is None for p in steps)

@@ -32,32 +32,28 @@ _lock = Lock()  # the backward of a GPU graph runs on autograd's device thread
 _SINK = {"on_gradient": None, "recording": None}  # compiled_capture's receivers, set when it imports this module
 
 
-def _register():
-    """The side-effect op, or None where this PyTorch has no public way to declare one (no backward records)."""
+def effectful_op(name: str, impl):
+    """`impl` (annotated, returning None) as the custom op `msprobe_lite::{name}`, registered as having a side
+    effect (kept, in order, by AOTAutograd and inductor); None where this PyTorch has no public way to declare
+    one. A failure is reported once and gives None too."""
     custom_op = getattr(torch.library, "custom_op", None)
     effect = getattr(getattr(torch.library, "EffectType", None), "ORDERED", None)
     if custom_op is None or effect is None:
         return None
-
-    @custom_op("msprobe_lite::gradient_stats", mutates_args=())
-    def gradient_stats(stats: torch.Tensor, plan: int, tap: int) -> None:
-        deliver(stats, ((plan, tap, 0),))
-
-    @gradient_stats.register_fake
-    def _(stats, plan, tap):
+    try:
+        op = custom_op(f"msprobe_lite::{name}", mutates_args=())(impl)
+        op.register_fake(lambda *args: None)
+        if not callable(getattr(op, "register_effect", None)):
+            return None
+        op.register_effect(effect)
+        return getattr(torch.ops.msprobe_lite, name)
+    except Exception as exc:  # noqa: BLE001 - no such records, compiled training unchanged
+        report_failure(f"registering msprobe_lite::{name}", exc, site="compiled_backward.effectful_op")
         return None
 
-    if not callable(getattr(gradient_stats, "register_effect", None)):
-        return None
-    gradient_stats.register_effect(effect)
-    return torch.ops.msprobe_lite.gradient_stats
 
-
-try:
-    GRADIENT_STATS = _register()
-except Exception as exc:  # noqa: BLE001 - no backward records, compiled training unchanged
-    report_failure("compiled backward capture", exc, site="compiled_backward._register")
-    GRADIENT_STATS = None
+def _gradient_stats(stats: torch.Tensor, plan: int, tap: int) -> None:
+    deliver(stats, ((plan, tap, 0),))
 
 
 def deliver(rows, taps) -> None:
@@ -66,6 +62,9 @@ def deliver(rows, taps) -> None:
     receiver = _SINK["on_gradient"]
     if receiver is not None:
         receiver(rows, taps)
+
+
+GRADIENT_STATS = effectful_op("gradient_stats", _gradient_stats)
 
 
 def recording() -> bool:

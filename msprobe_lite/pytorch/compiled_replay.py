@@ -23,32 +23,11 @@ from . import compiled_backward, compiled_stats
 REPLAYS = []  # every attached replay, by its id in the op's arguments (graphs live for the process)
 
 
-def _register():
-    """The op that starts a replay, or None where this PyTorch cannot declare its side effect."""
-    custom_op = getattr(torch.library, "custom_op", None)
-    effect = getattr(getattr(torch.library, "EffectType", None), "ORDERED", None)
-    if custom_op is None or effect is None:
-        return None
-
-    @custom_op("msprobe_lite::replay_backward", mutates_args=())
-    def replay_backward(replay: int, tensors: list[torch.Tensor], sizes: list[int]) -> None:
-        REPLAYS[replay](tensors, sizes)
-
-    @replay_backward.register_fake
-    def _(replay, tensors, sizes):
-        return None
-
-    if not callable(getattr(replay_backward, "register_effect", None)):
-        return None
-    replay_backward.register_effect(effect)
-    return torch.ops.msprobe_lite.replay_backward
+def _replay_backward(replay: int, tensors: list[torch.Tensor], sizes: list[int]) -> None:
+    REPLAYS[replay](tensors, sizes)
 
 
-try:
-    REPLAY = _register()
-except Exception as exc:  # noqa: BLE001 - no backward records for inductor, compiled training unchanged
-    report_failure("compiled backward replay", exc, site="compiled_replay._register")
-    REPLAY = None
+REPLAY = compiled_backward.effectful_op("replay_backward", _replay_backward)
 
 
 def _is_tap(node) -> bool:
