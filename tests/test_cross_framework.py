@@ -433,3 +433,73 @@ def test_one_pytorch_call_pairs_with_the_run_of_mindspore_primitives_that_makes_
             assert first is None and p["counts"]["error"] == p["counts"]["warning"] == 0, (p["counts"], first)
         else:
             assert first["name"] in ("Primitive.Conv2D.0.forward", "Functional.conv2d.0.forward"), first
+
+
+def _train_both(tmp_path, level, steps, ms_optimizer, pt_optimizer):
+    """The demo MLP converted to MindSpore, trained `steps` steps on each side (optimizers made by the two
+    callables from the parameters), the optimizer's update outside the dumped window; (MindSpore, PyTorch) dumps."""
+    from msprobe_lite.mindspore import PrecisionDebugger as MsDebugger
+    from msprobe_lite.pytorch import PrecisionDebugger as PtDebugger
+
+    tnet, mnet, x, _ = demo.converted_pair("mlp", str(tmp_path / "weights"))
+    opt = pt_optimizer(tnet.parameters())
+    debugger = PtDebugger(dump_path=str(tmp_path / "pt"), task="statistics", level=level)
+    for _ in range(steps):
+        debugger.start(tnet)
+        (tnet(torch.from_numpy(x)) ** 2).mean().backward()
+        debugger.stop()
+        opt.step()
+        opt.zero_grad()
+        debugger.step()
+    ms_opt = ms_optimizer(mnet.trainable_params())
+    grad_fn = ms.value_and_grad(lambda inp: (mnet(inp) ** 2).mean(), None, ms_opt.parameters)
+    debugger = MsDebugger(dump_path=str(tmp_path / "ms"), task="statistics", level=level)
+    for _ in range(steps):
+        debugger.start(mnet)
+        _, grads = grad_fn(ms.Tensor(x))
+        debugger.stop()
+        ms_opt(grads)
+        debugger.step()
+    return str(tmp_path / "ms"), str(tmp_path / "pt")
+
+
+def test_an_optimizer_of_another_kind_in_the_port_is_named_as_the_place(tmp_path):
+    """MindSpore's AdamWeightDecay against PyTorch's Adam: step 0 agrees (forward, gradients); step 1's
+    weights differ by the decay, and the answer names the update between the steps, not a layer."""
+    ms_dump, pt_dump = _train_both(
+        tmp_path, "L0", 2, lambda params: nn.AdamWeightDecay(params, learning_rate=1e-2, weight_decay=0.1),
+        lambda params: torch.optim.Adam(params, lr=1e-2))
+    step0, step1 = compare(ms_dump, pt_dump, str(tmp_path / "out"), quiet=True).pairs
+    assert step0["first_divergence"] is None and step0["first_seen"] is None, step0
+    found = step1["first_divergence"] or step1["first_seen"]
+    assert found["place"] == "optimizer" and "the optimizer's update after step 0 differs" in found["reason"]
+
+
+class _PtDropped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.drop, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(self.drop(self.fc1(x)))
+
+
+class _MsDropped(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.drop, self.fc2 = mint.nn.Linear(8, 16), nn.Dropout(p=0.5), mint.nn.Linear(16, 4)
+
+    def construct(self, x):
+        return self.fc2(self.drop(self.fc1(x)))
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_a_dropout_left_active_in_a_port_is_named_with_the_way_to_turn_it_off(tmp_path, level, monkeypatch):
+    """Each framework draws its own dropout mask: the dropout is named, and the reason says how to compare
+    without it (seed_all(rm_dropout=True), or eval())."""
+    monkeypatch.setitem(demo.NETWORKS, "dropped", (_PtDropped, _MsDropped, (4, 8)))
+    ms_dump, pt_dump = dump_both(tmp_path, "dropped", level=level)
+    (p,) = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out"), quiet=True).pairs
+    first = p["first_divergence"]
+    assert "ropout" in first["name"], first
+    assert "seed_all(rm_dropout=True)" in first["reason"]
