@@ -49,11 +49,13 @@ def _compare(args: argparse.Namespace) -> int:
 
     try:
         summary = compare(args.target_path, args.golden_path, args.output_path, xlsx=args.xlsx,
-                          html=not args.no_html, mapping=args.mapping, workers=args.workers)
+                          html=not args.no_html, mapping=args.mapping, workers=args.workers, explain=args.explain)
     except CompareError as error:
         print(f"msprobe-lite compare: {error}", file=sys.stderr)
         return 2
-    print(f"results: {', '.join(summary.files)}")
+    tables = sum(f.endswith(".csv") for f in summary.files)
+    rest = [os.path.basename(f) for f in summary.files if not f.endswith(".csv")]
+    print(f"results in {args.output_path}: {tables} CSV table{'s' if tables != 1 else ''}, {', '.join(rest)}")
     return 1 if summary.nothing_paired else 0  # compared nothing: no evidence that the runs agree
 
 
@@ -74,6 +76,8 @@ def _add_compare(subparsers: argparse._SubParsersAction) -> None:
     cmd.add_argument("-gp", "--golden_path", required=True, help="golden dump, same kinds as -tp")
     cmd.add_argument("-o", "--output_path", default="compare_output", help="output folder (default %(default)s)")
     cmd.add_argument("--xlsx", action="store_true", help="also write .xlsx with error/warning rows highlighted")
+    cmd.add_argument("--explain", action="store_true",
+                     help="print each step's whole reasoning (as summary.json holds it) instead of its verdict block")
     html = cmd.add_mutually_exclusive_group()
     html.add_argument("--html", action="store_true", help="write report.html (the default)")
     html.add_argument("--no-html", action="store_true", help="skip report.html")

@@ -335,3 +335,56 @@ def test_clean_bf16_steps_read_as_the_expected_drift_of_low_precision(tmp_path):
     for found in drifted:
         assert "the expected drift of bf16 training" in found["reason"] and "grows fastest at" in found["reason"]
         assert "converted" not in found["reason"] and "optimizer" not in found["reason"]
+
+
+def test_a_second_micro_batch_that_departs_is_named_after_the_first_ones_backward(tmp_path):
+    """Gradient accumulation: the first micro-batch is zeros (where the target's tanh GELU agrees with the
+    exact one), the second is not. The second forward pass comes after a backward record, but a
+    model's call there is not an optimizer's update: it is named, not read as an amplification."""
+    def run(path, tanh):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(8, 16, bias=False), nn.GELU(approximate="tanh" if tanh else "none"),
+                          nn.Linear(16, 4))
+        dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="L0")
+        gen = torch.Generator().manual_seed(1)
+        dbg.start(model=m)
+        for scale in (0.0, 3.0):
+            m(torch.randn(6, 8, generator=gen) * scale).pow(2).mean().backward()
+        dbg.stop()
+        dbg.step()
+
+    run(tmp_path / "target", True)
+    run(tmp_path / "golden", False)
+    (p,) = compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "out"),
+                   quiet=True).to_json()["pairs"]
+    assert p["first_divergence"]["name"] == "Module.1.GELU.forward.1", p["first_divergence"]
+
+
+def test_the_console_answer_is_a_short_block_of_lines_a_terminal_reads(tmp_path, capsys):
+    """Per step a verdict block: the verdict and the call, why, the user's source line, the counts; no line
+    over 160 characters (the reasoning of 400 to 1,100 characters is wrapped, and whole behind --explain);
+    the results folder in one line; the library says it through logging, which a program can silence."""
+    import logging
+
+    from msprobe_lite.cli import main as cli
+
+    train(tmp_path / "target", "mix", before=nan_weight, steps=1)
+    train(tmp_path / "golden", "mix", steps=1)
+    argv = ["compare", "-tp", str(tmp_path / "target"), "-gp", str(tmp_path / "golden"), "-o", str(tmp_path / "o")]
+    assert cli(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[step 0] first divergence: Functional.linear.1.forward"
+    assert lines[1].startswith("    why: the weight of Module.2.Linear is NaN at the start of step 0")
+    assert any(line.startswith("    at tests/test_compare_culprits.py:") and " in train: " in line for line in lines)
+    assert lines[-2].endswith("0 unmatched in target, 0 in golden")
+    assert lines[-1].startswith(f"results in {tmp_path / 'o'}: 1 CSV table, summary.json, report.html")
+    assert max(map(len, lines)) <= 160
+    assert cli(argv + ["--explain"]) == 0
+    explained = capsys.readouterr().out.splitlines()
+    assert max(map(len, explained)) <= 160 and sum(map(len, explained)) > sum(map(len, lines[:-1]))
+    logging.getLogger("msprobe_lite.answer").disabled = True
+    try:
+        compare(str(tmp_path / "target"), str(tmp_path / "golden"), str(tmp_path / "p"))
+    finally:
+        logging.getLogger("msprobe_lite.answer").disabled = False
+    assert capsys.readouterr().out == ""

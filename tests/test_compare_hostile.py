@@ -58,11 +58,23 @@ def golden(tmp_path_factory):
 
 
 def run(capsys, *argv):
-    """(exit status, stdout lines, stderr lines) of the command line."""
+    """(exit status, stdout: each step's verdict block as one line, stderr lines) of the command line."""
     capsys.readouterr()
     status = cli([str(a) for a in argv])
     out, err = capsys.readouterr()
-    return status, out.splitlines(), [line for line in err.splitlines() if not line.startswith("[msprobe_lite]")]
+    return status, blocks(out), [line for line in err.splitlines() if not line.startswith("[msprobe_lite]")]
+
+
+def blocks(out: str) -> list:
+    """The console's verdict blocks (a `[step N]` line and the indented lines under it) as one line each, the
+    wrapped lines joined again; other lines as they are."""
+    found = []
+    for line in out.splitlines():
+        if line.startswith(" ") and found:
+            found[-1] += " " + line.strip()
+        else:
+            found.append(line)
+    return found
 
 
 def damaged(golden_dump, tmp_path, change):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..core.naming import counterpart
 from ..core.writer import write_atomic
-from . import nonfinite, report, tensors
+from . import console, nonfinite, report, tensors
 from .frameworks import class_free, module_class, namespace_free, translations
 from .judge import (AMPLIFICATION, ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, Judge, across_ranks,
                     files_only, record_eps, same_dtype)
@@ -459,8 +459,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     # its own parameters are in its record, those of its children are not, and drift there explains it
     inside: dict = {}
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
-    departing = {}  # call -> (input, output difference): outputs beyond ten times their inputs' (_still_departing)
-    coarsest = 0.0  # the coarsest precision a call was judged at (bf16's: a low-precision run)
+    departing = {}  # model call -> (input, output difference): outputs beyond ten times their inputs'
+    largest = 0.0   # the largest output difference of the model's calls (not the updates after the backward)
     first = extra = None  # extra: the first call only in the target, when it comes before any divergence
     # missing_call: the first forward call only in the golden before any divergence that the target left out:
     # between two paired forward calls, with no call only in the target in that gap (one there replaced it: a
@@ -526,8 +526,10 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         if verdict.nonfinite_in or verdict.nonfinite_out:
             # at mix a module's record follows the calls inside it: one of those was before it, not earlier
             before = nonfinite_first is not None and pair.target not in target.parent_chain(nonfinite_first)
+            # where no earlier call could have made it unseen: outputs dumped, no call of one run only before
+            seen_all = missing != "outputs" and extra is None and not unpaired_before
             _nonfinite_origin(verdict, target, pair.target, step, before, direction == "forward"
-                              and not backward_begun_before)
+                              and not backward_begun_before and seen_all)
             nonfinite_first = nonfinite_first or pair.target
         # a forward call that paired with nothing (not by the levels' design): what it made is in no out_seen
         lone = verdict.result == UNMATCHED and _unpaired_forward(pair, target.level, golden.level)
@@ -577,9 +579,11 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             gap, gap_clean = [], True
         counts[verdict.result] += 1
         errors.append(verdict.out_err)
-        if verdict.comparable and verdict.out_err > max(TOLERANCE_EPS * verdict.eps, AMPLIFICATION * verdict.in_err):
+        if after_backward is None and verdict.comparable and \
+                verdict.out_err > max(TOLERANCE_EPS * verdict.eps, AMPLIFICATION * verdict.in_err):
             departing[pair.target] = (verdict.in_err, verdict.out_err)
-        coarsest = max(coarsest, verdict.eps)
+        if after_backward is None and math.isfinite(verdict.out_err):
+            largest = max(largest, verdict.out_err)
         module = _module_of(target, pair.target)
         if module:
             worst, result = modules.get(module, (0.0, PASS))
@@ -634,7 +638,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                     "nothing_paired": not (counts[PASS] or counts[WARNING] or counts[ERROR]),
                     "result_file": csv_path}
     return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules,
-                                       "departing": departing, "coarsest": coarsest}
+                                       "departing": departing, "largest": largest,
+                                       "low_precision": _low_precision(target, golden)}
 
 
 def _one_in_worker(args):
@@ -659,11 +664,13 @@ def _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, show_progress
 
 
 def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bool = False, html: bool = True,
-            mapping: str | None = None, quiet: bool = False, workers: int | None = None) -> Summary:
+            mapping: str | None = None, quiet: bool = False, workers: int | None = None,
+            explain: bool = False) -> Summary:
     """Compare a target dump with a golden dump (dump.json, rank folder, step folder or dump root).
 
     Writes compare_result_rank{R}_step{N}_{timestamp}.csv per pair, summary.json and report.html to
-    `output_dir` (default ./compare_output), prints one line per pair, and returns the summary. Several
+    `output_dir` (default ./compare_output), says a verdict block per pair (the whole reasoning with
+    `explain`) through the `msprobe_lite.answer` logger, and returns the summary. Several
     step/rank pairs are compared in up to `workers` processes (default: one per CPU); a single pair in
     tensor mode measures its tensor files in that many processes instead. On a terminal, a progress bar."""
     output_dir = output_dir or "compare_output"
@@ -674,7 +681,7 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
         raise CompareError(str(exc)) from None
     try:
         report.output_folder(output_dir)
-        return _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers)
+        return _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers, explain)
     except report.OutputError as exc:
         raise CompareError(str(exc)) from None
     except BrokenPipeError:  # the console's reader left (`| head`): the command's business, not the folder's
@@ -707,15 +714,26 @@ def _updated_between(before, pair) -> None:
 LOW_PRECISION = {eps_of("bfloat16"): "bf16", eps_of("float16"): "fp16"}
 
 
-def _low_precision_drift(before, pair, coarsest: float, departing: dict) -> bool:
+def _low_precision(target, golden):
+    """"bf16" or "fp16" where one run computes in it and the other in a finer dtype (its first records tell),
+    else None."""
+    def coarsest(dump):
+        return max((eps_of(r.dtype or "") for name in list(dump.records)[:300] for r in dump.rows(name)
+                    if r.is_tensor), default=0.0)
+    t, g = coarsest(target), coarsest(golden)
+    return LOW_PRECISION.get(max(t, g)) if t != g else None
+
+
+def _low_precision_drift(before, pair, dtype, departing: dict) -> bool:
     """At a step after one that agreed as well as its precision allows, in a low-precision run (bf16 or fp16
-    against a finer one), weights that differ are the expected drift of low-precision training (Adam turns
-    each step's rounding into steps of the learning rate's size): said so, with its size and where it grows
-    fastest, instead of weights loaded or converted wrongly. Returns whether it said so."""
-    dtype = LOW_PRECISION.get(coarsest)
+    against a finer one), weights that differ by no more than ten times that step's differences are the
+    expected drift of low-precision training (Adam turns each step's rounding into steps of the learning
+    rate's size): said so, with where it grows fastest, instead of weights loaded or converted wrongly.
+    Returns whether it said so."""
     found = pair["first_seen"]
     if before is None or dtype is None or found is None or pair["first_divergence"] \
-            or not any(text in found["reason"] for text in WEIGHTS_DIFFER) or not _clean(before[0], pair):
+            or not any(text in found["reason"] for text in WEIGHTS_DIFFER) or not _clean(before[0], pair) \
+            or found["input_difference"] > AMPLIFICATION * before[1]:
         return False
     head = found["reason"].split(": the weights are not the golden's")[0]
     fastest = max(departing.items(), key=lambda kv: kv[1][1] / max(kv[1][0], 1e-30), default=None)
@@ -744,12 +762,12 @@ def _still_departing(earlier, pair, departing: dict) -> None:
     hit = departing.get(found["name"])
     if hit is None:
         return
-    pair["first_divergence"] = dict(found, since_step=step, reason=(
+    pair["first_divergence"] = dict(found, since_step=step, input_difference=hit[0], output_difference=hit[1], reason=(
         f"still departing as at step {step}: outputs differ by {hit[1]:.3g} of their magnitude, inputs by "
         f"{hit[0]:.3g}, weights included (they carry the earlier steps' drift)"))
 
 
-def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers) -> Summary:
+def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers, explain=False) -> Summary:
     """Every step/rank pair compared and written to `output_dir`, with summary.json and report.html."""
     timestamp = time.strftime("%Y%m%d%H%M%S")
     tty = sys.stderr.isatty() and not quiet
@@ -757,10 +775,10 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
     before = {}  # rank -> the pair of its latest step
     named = {}   # rank -> (step, first divergence) of its latest step that had one
     for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers):
-        if not _low_precision_drift(before.get(pair["rank"]), pair, detail["coarsest"], detail["departing"]):
+        if not _low_precision_drift(before.get(pair["rank"]), pair, detail["low_precision"], detail["departing"]):
             _updated_between(before.get(pair["rank"]), pair)
         _still_departing(named.get(pair["rank"]), pair, detail["departing"])
-        before[pair["rank"]] = (pair, max((e for e in detail["errors"] if math.isfinite(e)), default=0.0))
+        before[pair["rank"]] = (pair, detail["largest"])
         if pair["first_divergence"]:
             named[pair["rank"]] = (pair["first_divergence"].get("since_step", pair["step"]), pair["first_divergence"])
         summary = summary or Summary(mode)
@@ -768,23 +786,24 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
         summary.files += files
         details.append(detail)
         if not quiet:
-            print(report.console_line(pair))
+            console.say(console.explained(pair) if explain else console.block(pair))
     unused = set.intersection(*(set(p["mapping_unused"]) for p in summary.pairs))
     if unused and not quiet:
         close = {}
         for p in summary.pairs:
             close.update({f: c for f, c in p["mapping_close"].items() if f in unused and f not in close})
         said = ", ".join(repr(f) + (f" (did you mean {close[f]!r}?)" if f in close else "") for f in sorted(unused))
-        print(f"mapping: {said} matched no record name of the target (expected fragments of its names, such as "
-              f"'Module.encoder_v2' in 'Module.encoder_v2.Linear.forward.0', 'Cell.encoder_v2' in a MindSpore "
-              f"dump's): nothing was renamed by them")
+        console.say(console.wrapped(
+            f"mapping: {said} matched no record name of the target (expected fragments of its names, such as "
+            f"'Module.encoder_v2' in 'Module.encoder_v2.Linear.forward.0', 'Cell.encoder_v2' in a MindSpore "
+            f"dump's): nothing was renamed by them"))
     summary.across_ranks = across_ranks(summary.pairs)
     for verdict in summary.across_ranks if not quiet else ():
-        print(report.across_ranks_line(verdict))
+        console.say(console.wrapped(report.across_ranks_line(verdict)))
     summary.not_compared = {side: [{"step": s, "rank": r} for s, r in places] for side, places in left.items()}
     for side, places in left.items():
         if places and not quiet:  # a step or rank of one side only: said, never dropped without a word
-            print(f"only in {side}, not compared: {', '.join(place(s, r) for s, r in places)}")
+            console.say(console.wrapped(f"only in {side}, not compared: {', '.join(place(s, r) for s, r in places)}"))
     write_atomic(os.path.join(output_dir, "summary.json"), json.dumps(summary.to_json(), indent=1))
     summary.files.append(os.path.join(output_dir, "summary.json"))
     if html:

@@ -58,19 +58,20 @@ _CONSTANTS = {
 }
 
 
-def _constant_of(value) -> int | None:
-    """Which of a dtype's (min, max, eps, tiny) `value` is, for some float dtype, or None."""
+def _constant_of(value, dtypes) -> int | None:
+    """Which of (min, max, eps, tiny) `value` is for one of the float `dtypes`, or None."""
     if value.__class__ is not float:
         return None
-    for constants in _CONSTANTS.values():
-        for which, constant in enumerate(constants):
+    for dtype in dtypes:
+        for which, constant in enumerate(_CONSTANTS.get(dtype, ())):
             if abs(value - constant) <= 1e-6 * abs(constant):  # written through float32 or not
                 return which
     return None
 
 
-def same_dtype_constant(a, b) -> bool:
-    """Whether two scalar arguments are the same dtype-derived constant of two dtypes: `torch.finfo(x.dtype).min`
-    is -3.39e38 under bf16 and -3.40e38 in fp32, the same argument of a mask (T5's)."""
-    which = _constant_of(a)
-    return which is not None and which == _constant_of(b)
+def same_dtype_constant(a, b, a_dtypes, b_dtypes) -> bool:
+    """Whether two scalar arguments are the same constant of each run's own dtypes (`a_dtypes`, `b_dtypes`:
+    those of the call's tensors, lower case without prefix): `torch.finfo(x.dtype).min` is -3.39e38 under
+    bf16 and -3.40e38 in fp32, the same argument of a mask (T5's)."""
+    which = _constant_of(a, a_dtypes)
+    return which is not None and which == _constant_of(b, b_dtypes)

@@ -184,6 +184,17 @@ def _passed_by_one_run(t_only: list, g_only: list, arguments: list, base: str = 
     return len(t_only) != len(g_only) or bool(left)
 
 
+def _an_update(name: str, rows, dump) -> bool:
+    """Whether a call after the backward pass is an update's (the optimizer's, clipping's), not a model's (a
+    second micro-batch, activation recompute): called outside every module, and writing in place (`add_`,
+    `addcdiv_`, `_foreach_mul_`) or on tensors that need no gradient (the optimizer's state)."""
+    parent = dump.parents.get(name)
+    if isinstance(parent, str) and is_module(parent):
+        return False
+    api = split_name(name)[0].rsplit(".", 1)[-1]
+    return api.endswith("_") or not any(r.is_tensor and r.obj.get("requires_grad") is True for r in rows)
+
+
 def _transposed_gradient(t_row, g_row) -> bool:
     """A matrix's gradient written transposed by one side (the reference tool's addmm gradient of weight.t()):
     the same values, so the same statistics."""
@@ -405,6 +416,10 @@ class Judge:
         outputs_size = 0.0   # the largest golden magnitude of the floating-point tensor outputs
         # the parts (input, output) each dump holds: a dump made with a `data_mode` filter has one only
         t_roles, g_roles = t_dump.roles(), g_dump.roles()
+        def dtypes_of():  # each run's tensor dtypes in this call: the only dtypes whose constants it may pass
+            return ({same_dtype(r.dtype) for r in t_rows if r.is_tensor and r.dtype},
+                    {same_dtype(r.dtype) for r in g_rows.values() if r.is_tensor and r.dtype})
+
         for t_row in t_rows:
             suffix = t_tail(t_row.name[cut_t:], pair.target) if t_tail else t_row.name[cut_t:]
             g_row = g_rows.get(suffix)
@@ -442,7 +457,7 @@ class Judge:
                             data_err, data_at, data_grad = err, suffix, g_row.obj.get("requires_grad") is True
                 elif problems and self._across and split_name(pair.target)[0].rsplit(".", 1)[-1] in _AXES_MOVED:
                     problems = []  # MindSpore's transpose(*perm) is PyTorch's permute, not transpose(d0, d1)
-                elif problems and same_dtype_constant(_value(t_row.obj), _value(g_row.obj)):
+                elif problems and same_dtype_constant(_value(t_row.obj), _value(g_row.obj), *dtypes_of()):
                     problems = []  # finfo(dtype).min of each run's own dtype: the same argument
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
@@ -507,7 +522,7 @@ class Judge:
             verdict.out_err = verdict.in_err = 0.0
             verdict.comparable = False
         elif after_backward and verdict.introduced and (after_backward == "differs" or verdict.in_err > 0) \
-                and not verdict.setting and not new_nonfinite:
+                and not verdict.setting and not new_nonfinite and _an_update(pair.target, t_rows, t_dump):
             verdict.introduced = False
             verdict.result = WARNING
             verdict.reasons = [AFTER_BACKWARD]

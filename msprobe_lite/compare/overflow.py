@@ -8,7 +8,7 @@ import os
 
 from ..core.naming import params_grad_calls
 from ..core.writer import write_atomic
-from . import nonfinite
+from . import console, nonfinite
 from .metrics import finite
 from .pair import split_name
 from .read import DumpError, load_dump, place, resolve
@@ -90,15 +90,16 @@ def analyse(path: str, output_dir: str | None = None, quiet: bool = False) -> di
         if not quiet:
             where = place(step, rank)  # `step 0`, not `step 0 rank None`, for a single-process run
             if found and found.get("reason"):
-                print(f"[{where}] first overflow: {found['name']} -- {found['reason']}{at(found)}")
+                line = f"[{where}] first overflow: {found['name']} -- {found['reason']}{at(found)}"
             elif found:
-                print(f"[{where}] first overflow: {found['name']} ({', '.join(found['outputs'])}){at(found)}")
+                line = f"[{where}] first overflow: {found['name']} ({', '.join(found['outputs'])}){at(found)}"
             elif seen:
-                print(f"[{where}] no call turns finite inputs into NaN/Inf; NaN/Inf first seen in the outputs of "
-                      f"{seen['name']}{at(seen)}, which got them with its inputs or arguments: made by code that "
-                      f"is not recorded (at L0, between modules) or given as an argument (a -inf mask)")
+                line = (f"[{where}] no call turns finite inputs into NaN/Inf; NaN/Inf first seen in the outputs of "
+                        f"{seen['name']}{at(seen)}, which got them with its inputs or arguments: made by code that "
+                        f"is not recorded (at L0, between modules) or given as an argument (a -inf mask)")
             else:
-                print(f"[{where}] no call turns finite inputs into NaN/Inf")
+                line = f"[{where}] no call turns finite inputs into NaN/Inf"
+            console.say(console.wrapped(line))
     try:
         write_atomic(os.path.join(output_dir, "overflow_summary.json"), json.dumps(result, indent=1))
     except OSError as exc:

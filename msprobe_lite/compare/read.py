@@ -187,24 +187,28 @@ def load_dump(dump_json: str, step: int | None = None, rank: int | None = None) 
 
 
 def _by_dependency(records: dict) -> dict:
-    """`records` in the order their values are made: a module's parameter gradients after the backward record
-    of its call that makes them. The reference tool writes `Module.fc.Linear.parameters_grad.0` before
-    `Module.fc.Linear.backward.0`; judged in file order, they came before the gradient flowing into them."""
-    order, held = [], {}  # held: module -> its parameter-gradient record waiting for its backward record
+    """`records` in the order their values are made: a module's parameter gradients after the last backward
+    record of the module in the step, since they sum its calls' (the reference tool writes
+    `Module.fc.Linear.parameters_grad.0` before `Module.fc.Linear.backward.0`, and with gradient accumulation
+    a module's backward comes once per micro-batch): judged earlier, they came before gradients that made
+    them."""
+    last = {}  # module -> its last backward record
     for name in records:
         parts = name.split(".")
-        if len(parts) >= 3 and parts[-2] == "parameters_grad":
-            owner = ".".join(parts[:-2])
-            if owner in held:
-                order.append(held.pop(owner))
-            held[owner] = name
+        if len(parts) >= 3 and parts[-2] == "backward":
+            last[".".join(parts[:-2])] = name
+    order, held, emitted = [], {}, set()  # held: last backward record -> parameter gradients waiting for it
+    for name in records:
+        parts = name.split(".")
+        owner = ".".join(parts[:-2]) if len(parts) >= 3 and parts[-2] == "parameters_grad" else None
+        if owner is not None and last.get(owner) is not None and last[owner] not in emitted:
+            held.setdefault(last[owner], []).append(name)
             continue
         order.append(name)
-        if len(parts) >= 3 and parts[-2] == "backward" and ".".join(parts[:-2]) in held:
-            order.append(held.pop(".".join(parts[:-2])))
-    if not held and len(order) == len(records) and all(a == b for a, b in zip(order, records)):
+        emitted.add(name)
+        order.extend(held.pop(name, ()))
+    if len(order) == len(records) and all(a == b for a, b in zip(order, records)):
         return records
-    order.extend(held.values())
     return {name: records[name] for name in order}
 
 

@@ -200,7 +200,7 @@ def console_line(pair: dict) -> str:
     else:
         head = f"first divergence: {fd['name']} -- {fd['reason']}{at(fd)}" + (f"; before it, {only}" if only else "")
     if pair.get("nothing_paired"):
-        head = _nothing_paired(pair["records"]["target"], pair["records"]["golden"])
+        head = nothing_paired(pair["records"]["target"], pair["records"]["golden"])
     unread = pair.get("tensor_files_not_read") or []
     if unread:  # each such record erred with it; the rest was compared
         head += (f"; {len(unread)} tensor file{'s' if len(unread) > 1 else ''} not read, {'their' if len(unread) > 1 else 'its'} "
@@ -209,7 +209,7 @@ def console_line(pair: dict) -> str:
     return f"[{where}]{note} {head}; {counts}"
 
 
-def _nothing_paired(target: int, golden: int) -> str:
+def nothing_paired(target: int, golden: int) -> str:
     """The answer of a compare in which no record met one of the other dump: nothing was compared."""
     if not target or not golden:
         held = "neither dump holds a record" if not target and not golden else \

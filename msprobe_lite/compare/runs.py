@@ -4,11 +4,14 @@ signature nothing pairs them. Where, in one paired module (cell), or between two
 direction paired with nothing - one on one side, a run of one or more on the other - the run is read as one
 call: the first call's inputs,
 the last call's outputs (as one call of the other side takes and gives them), and paired with the single
-call when their first input's and first output's shapes agree. Generally, not by a list of known pairs.
+call when their first input's and first output's shapes agree and its first input's statistics are close.
+Generally, not by a list of known pairs; runs of at most three calls.
 """
 from __future__ import annotations
 
 from .pair import Pair, is_module, split_name
+
+RUN_INPUTS_CLOSE = 0.05  # a run's first inputs and the call's: within 5% of their magnitude (bf16 against fp32)
 
 
 def join_runs(pairs: list, target, golden) -> list:
@@ -34,7 +37,7 @@ def join_runs(pairs: list, target, golden) -> list:
         sides.setdefault((where, direction), ([], []))[0 if p.target is not None else 1].append(name)
     joined = {}  # target or golden name -> the Pair that replaces its unmatched one
     for t_calls, g_calls in sides.values():
-        if not t_calls or not g_calls or (len(t_calls) > 1 and len(g_calls) > 1):
+        if not t_calls or not g_calls or (len(t_calls) > 1 and len(g_calls) > 1) or len(t_calls) + len(g_calls) > 4:
             continue
         run_side, run, one_side, one = (target, t_calls, golden, g_calls[0]) if len(t_calls) > 1 or \
             len(g_calls) == 1 else (golden, g_calls, target, t_calls[0])
@@ -83,9 +86,17 @@ def _first_tensor(value):
 
 
 def _same_ends(record: dict, other) -> bool:
-    """Whether two records take a first tensor of one shape and give a first tensor of one shape."""
+    """Whether two records take a first tensor of one shape and close values, and give a first tensor of one
+    shape: the same call's ends (a call of another place takes other values)."""
     if not isinstance(other, dict):
         return False
     ins = [_first_tensor(r.get("input_args", r.get("input"))) for r in (record, other)]
     outs = [_first_tensor(r.get("output")) for r in (record, other)]
-    return all(a is not None and b is not None and a.get("shape") == b.get("shape") for a, b in (ins, outs))
+    if not all(a is not None and b is not None and a.get("shape") == b.get("shape") for a, b in (ins, outs)):
+        return False
+    a, b = ins
+    values = [(a.get(k), b.get(k)) for k in ("Max", "Min", "Mean")]
+    if not all(isinstance(x, (int, float)) and isinstance(y, (int, float)) for x, y in values):
+        return True  # no statistics (md5, a tensor not read): the shapes decide
+    size = max(abs(v) for pair in values for v in pair) or 1.0
+    return all(abs(x - y) <= RUN_INPUTS_CLOSE * size for x, y in values)

@@ -1,0 +1,132 @@
+"""The answer a person reads in a terminal (issue 33): per step and rank a short verdict block, each line at
+most 160 characters: the verdict and the call, why in a few words, how far it departs, the user's source line,
+the counts. The whole reasoning (report.console_line) is behind `--explain`, in summary.json and report.html.
+
+The library writes through the `msprobe_lite.answer` logger (to standard output, as the answer of a command),
+never `print`: a program that calls compare() can silence it or send it elsewhere with `logging`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import textwrap
+
+from .read import place
+from .report import console_line, nothing_paired, users_frame
+
+WIDTH = 160
+INDENT = "    "
+
+
+class _StdoutHandler(logging.StreamHandler):
+    """Writes to whatever sys.stdout is at the time (redirections made after import are followed)."""
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+    def handleError(self, record) -> None:
+        if isinstance(sys.exc_info()[1], BrokenPipeError):  # the reader left (`| head`): the CLI ends quietly
+            raise  # noqa: PLE0704 - re-raises the error being handled
+        super().handleError(record)
+
+
+answer = logging.getLogger("msprobe_lite.answer")
+if not answer.handlers:
+    _handler = _StdoutHandler()
+    _handler.setFormatter(logging.Formatter("%(message)s"))
+    answer.addHandler(_handler)
+    answer.setLevel(logging.INFO)
+    answer.propagate = False
+
+
+def say(text: str) -> None:
+    answer.info("%s", text)
+
+
+def wrapped(text: str, indent: str = INDENT, first: str = "") -> str:
+    """`text` in lines of at most WIDTH characters, the first after `first`, the others indented."""
+    return "\n".join(textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=indent,
+                                   break_long_words=True, break_on_hyphens=False)) or first.rstrip()
+
+
+def explained(pair: dict) -> str:
+    """The whole reasoning of a step (report.console_line), wrapped at WIDTH."""
+    return wrapped(console_line(pair))
+
+
+def _short_path(path: str) -> str:
+    """A file's path as a person reads it: relative to the working folder when inside it, else its last three
+    parts (`.../models/gpt2/modeling_gpt2.py`)."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        relative = path
+    if not relative.startswith(".."):
+        return relative
+    parts = path.replace("\\", "/").split("/")
+    return path if len(parts) <= 4 else ".../" + "/".join(parts[-3:])
+
+
+def source_line(found: dict) -> str:
+    """`model.py:88 in forward: x = self.ln2(x)` for a found call's innermost frame of the user's code."""
+    frame = users_frame(found.get("stack") or [])
+    if not frame:
+        return ""
+    text = frame.replace(", \n ", ": ")
+    if text.startswith("File ") and ", line " in text:
+        path, rest = text[5:].split(", line ", 1)
+        line, _, rest = rest.partition(", in ")
+        return f"{_short_path(path)}:{line} in {rest}"
+    return text
+
+
+def _verdict(pair: dict):
+    """(headline, the found call's dict or None) of a step, in the order console_line says them."""
+    fd, extra, lost = pair["first_divergence"], pair.get("first_only_in_target"), pair.get("first_only_in_golden")
+    if pair.get("nothing_paired"):
+        return nothing_paired(pair["records"]["target"], pair["records"]["golden"]), None
+    if fd is not None:
+        return f"first divergence: {fd['name']}", fd
+    if extra:
+        return f"no divergent call found; a call only in the target: {extra['name']}", extra
+    if lost:
+        return f"no divergent call found; a call only in the golden: {lost['name']}", lost
+    for key, words in (("first_error", "first error"), ("first_seen", "first difference seen in the inputs of"),
+                       ("first_warning", "first warning")):
+        if pair.get(key):
+            return f"no divergent call found; {words}: {pair[key]['name']}", pair[key]
+    return "no divergent call found", None
+
+
+def block(pair: dict) -> str:
+    """A step's verdict block: the verdict and the call, why, how far, where, the counts (and a note)."""
+    headline, found = _verdict(pair)
+    lines = [wrapped(headline, first=f"[{place(pair['step'], pair['rank'])}] ")]
+    if found is not None:
+        reason = found.get("reason") or ""
+        why = reason.split("; ")[0]
+        if why:
+            lines.append(wrapped(why, first=f"{INDENT}why: ", indent=INDENT * 2))
+        if isinstance(found.get("output_difference"), float) and "differ by" not in why:
+            lines.append(f"{INDENT}how far: outputs differ by {found['output_difference']:.3g} of their magnitude, "
+                         f"inputs by {found['input_difference']:.3g}")
+        where = source_line(found)
+        if where:
+            lines.append(wrapped(where, first=f"{INDENT}at ", indent=INDENT * 2))
+    if pair.get("note"):
+        lines.append(wrapped(pair["note"], first=f"{INDENT}note: ", indent=INDENT * 2))
+    unread = pair.get("tensor_files_not_read") or []
+    if unread:  # each such record erred with it; the rest was compared
+        lines.append(wrapped(f"{len(unread)} tensor file{'s' if len(unread) > 1 else ''} not read, "
+                             f"{'their' if len(unread) > 1 else 'its'} record{'s' if len(unread) > 1 else ''} erred "
+                             f"(first: {unread[0]})", first=INDENT, indent=INDENT * 2))
+    c = pair["counts"]
+    lines.append(f"{INDENT}{c['pass']} pass, {c['warning']} warning, {c['error']} error, {c['unmatched_target']} "
+                 f"unmatched in target, {c['unmatched_golden']} in golden")
+    return "\n".join(lines)
