@@ -12,23 +12,16 @@ import os
 import sys
 import textwrap
 
+from ..core.safety import FollowingHandler
 from .read import place
-from .report import console_line, nothing_paired, users_frame
+from .report import console_line, nothing_paired, unread_files, users_frame
 
 WIDTH = 160
 INDENT = "    "
 
 
-class _StdoutHandler(logging.StreamHandler):
-    """Writes to whatever sys.stdout is at the time (redirections made after import are followed)."""
-
-    @property
-    def stream(self):
-        return sys.stdout
-
-    @stream.setter
-    def stream(self, _value):
-        pass
+class _AnswerHandler(FollowingHandler):
+    """Standard output, as it is at the time; a reader that left (`| head`) ends the command quietly."""
 
     def handleError(self, record) -> None:
         if isinstance(sys.exc_info()[1], BrokenPipeError):  # the reader left (`| head`): the CLI ends quietly
@@ -38,7 +31,7 @@ class _StdoutHandler(logging.StreamHandler):
 
 answer = logging.getLogger("msprobe_lite.answer")
 if not answer.handlers:
-    _handler = _StdoutHandler()
+    _handler = _AnswerHandler("stdout")
     _handler.setFormatter(logging.Formatter("%(message)s"))
     answer.addHandler(_handler)
     answer.setLevel(logging.INFO)
@@ -121,11 +114,8 @@ def block(pair: dict) -> str:
             lines.append(wrapped(where, first=f"{INDENT}at ", indent=INDENT * 2))
     if pair.get("note"):
         lines.append(wrapped(pair["note"], first=f"{INDENT}note: ", indent=INDENT * 2))
-    unread = pair.get("tensor_files_not_read") or []
-    if unread:  # each such record erred with it; the rest was compared
-        lines.append(wrapped(f"{len(unread)} tensor file{'s' if len(unread) > 1 else ''} not read, "
-                             f"{'their' if len(unread) > 1 else 'its'} record{'s' if len(unread) > 1 else ''} erred "
-                             f"(first: {unread[0]})", first=INDENT, indent=INDENT * 2))
+    if unread_files(pair):
+        lines.append(wrapped(unread_files(pair), first=INDENT, indent=INDENT * 2))
     c = pair["counts"]
     lines.append(f"{INDENT}{c['pass']} pass, {c['warning']} warning, {c['error']} error, {c['unmatched_target']} "
                  f"unmatched in target, {c['unmatched_golden']} in golden")

@@ -201,12 +201,21 @@ def console_line(pair: dict) -> str:
         head = f"first divergence: {fd['name']} -- {fd['reason']}{at(fd)}" + (f"; before it, {only}" if only else "")
     if pair.get("nothing_paired"):
         head = nothing_paired(pair["records"]["target"], pair["records"]["golden"])
-    unread = pair.get("tensor_files_not_read") or []
-    if unread:  # each such record erred with it; the rest was compared
-        head += (f"; {len(unread)} tensor file{'s' if len(unread) > 1 else ''} not read, {'their' if len(unread) > 1 else 'its'} "
-                 f"record{'s' if len(unread) > 1 else ''} erred (first: {unread[0]})")
+    if unread_files(pair):
+        head += f"; {unread_files(pair)}"
     note = f" ({pair['note']})" if pair.get("note") else ""
     return f"[{where}]{note} {head}; {counts}"
+
+
+def unread_files(pair: dict) -> str:
+    """`2 tensor files not read, their records erred (first: ...)`, or "": each such record erred with it,
+    and the rest was compared."""
+    unread = pair.get("tensor_files_not_read") or []
+    if not unread:
+        return ""
+    many = len(unread) > 1
+    return (f"{len(unread)} tensor file{'s' if many else ''} not read, {'their' if many else 'its'} "
+            f"record{'s' if many else ''} erred (first: {unread[0]})")
 
 
 def nothing_paired(target: int, golden: int) -> str:

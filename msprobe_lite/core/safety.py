@@ -21,12 +21,17 @@ import traceback
 
 
 
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever sys.stderr is at the time (redirections made after import are followed)."""
+class FollowingHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr (or `sys.{name}`) is at the time: redirections made after import are
+    followed (pytest's capture, a program's own)."""
+
+    def __init__(self, name: str = "stderr"):
+        self._stream_name = name  # not `_name`: logging.Handler keeps the handler's own name there
+        super().__init__()
 
     @property
     def stream(self):
-        return sys.stderr
+        return getattr(sys, self._stream_name)
 
     @stream.setter
     def stream(self, _value):
@@ -47,7 +52,7 @@ class _RankTag(logging.Filter):
 _rank_tag = _RankTag()
 log = logging.getLogger("msprobe_lite")
 if not log.handlers:
-    _handler = _StderrHandler()
+    _handler = FollowingHandler()
     _handler.setFormatter(logging.Formatter("[msprobe_lite%(rank_tag)s] %(levelname)s: %(message)s"))
     _handler.addFilter(_rank_tag)  # on the handler: a record of a child logger that reaches it is tagged too
     log.addHandler(_handler)
