@@ -732,8 +732,8 @@ def _low_precision_drift(before, pair, dtype, departing: dict) -> bool:
     Returns whether it said so."""
     found = pair["first_seen"]
     if before is None or dtype is None or found is None or pair["first_divergence"] \
-            or not any(text in found["reason"] for text in WEIGHTS_DIFFER) or not _clean(before[0], pair) \
-            or found["input_difference"] > AMPLIFICATION * before[1]:
+            or not any(text in found["reason"] for text in WEIGHTS_DIFFER) \
+            or not _clean(before[0], pair, drifting=True) or found["input_difference"] > AMPLIFICATION * before[1]:
         return False
     head = found["reason"].split(": the weights are not the golden's")[0]
     fastest = max(departing.items(), key=lambda kv: kv[1][1] / max(kv[1][0], 1e-30), default=None)
@@ -745,11 +745,12 @@ def _low_precision_drift(before, pair, dtype, departing: dict) -> bool:
     return True
 
 
-def _clean(earlier, pair) -> bool:
-    """Whether `earlier`, the step just before `pair`'s, named nothing and erred nowhere."""
+def _clean(earlier, pair, drifting: bool = False) -> bool:
+    """Whether `earlier`, the step just before `pair`'s, named nothing and erred nowhere (`drifting`: but for
+    weights that already drifted, a first difference seen that is the expected drift of low precision)."""
+    named = ("first_divergence", "first_error", "first_only_in_target") + (() if drifting else ("first_seen",))
     return isinstance(pair["step"], int) and earlier["step"] == pair["step"] - 1 and earlier["counts"]["pass"] \
-        and not earlier["counts"]["error"] and not any(
-            earlier[k] for k in ("first_divergence", "first_error", "first_seen", "first_only_in_target"))
+        and not earlier["counts"]["error"] and not any(earlier[k] for k in named)
 
 
 def _still_departing(earlier, pair, departing: dict) -> None:

@@ -90,10 +90,10 @@ def _verdict(pair: dict):
         return f"no divergent call found; a call only in the target: {extra['name']}", extra
     if lost:
         return f"no divergent call found; a call only in the golden: {lost['name']}", lost
-    for key, words in (("first_error", "first error"), ("first_seen", "first difference seen in the inputs of"),
-                       ("first_warning", "first warning")):
+    for key, words in (("first_error", "first error: "), ("first_seen", "first difference seen in the inputs of "),
+                       ("first_warning", "first warning: ")):
         if pair.get(key):
-            return f"no divergent call found; {words}: {pair[key]['name']}", pair[key]
+            return f"no divergent call found; {words}{pair[key]['name']}", pair[key]
     return "no divergent call found", None
 
 
