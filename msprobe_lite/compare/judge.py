@@ -386,7 +386,8 @@ class Judge:
         g_tail, t_tail = self.golden_tail, self.tail
         g_rows = {(g_tail(r.name[cut_g:], pair.golden) if g_tail else r.name[cut_g:]): r
                   for r in g_dump.rows(pair.golden)}
-        if split_name(pair.target)[1] == "backward":
+        base, direction, _ = split_name(pair.target)
+        if direction == "backward":
             g_rows = _gradients_by_shape(t_rows, cut_t, g_rows)
         verdict = Verdict()
         if pair.how == "aligned":
@@ -455,7 +456,7 @@ class Judge:
                             param_eps = max(param_eps, eps_of(t_row.dtype), eps_of(g_row.dtype))
                         elif err >= data_err:
                             data_err, data_at, data_grad = err, suffix, g_row.obj.get("requires_grad") is True
-                elif problems and self._across and split_name(pair.target)[0].rsplit(".", 1)[-1] in _AXES_MOVED:
+                elif problems and self._across and base.rsplit(".", 1)[-1] in _AXES_MOVED:
                     problems = []  # MindSpore's transpose(*perm) is PyTorch's permute, not transpose(d0, d1)
                 elif problems and same_dtype_constant(_value(t_row.obj), _value(g_row.obj), *dtypes_of()):
                     problems = []  # finfo(dtype).min of each run's own dtype: the same argument
@@ -486,7 +487,7 @@ class Judge:
                 rows.append(row)
                 row_problems.append(problems)
         errs[INPUT].append(upstream)
-        one_sided = _passed_by_one_run(t_only, g_only, arguments, split_name(pair.target)[0])
+        one_sided = _passed_by_one_run(t_only, g_only, arguments, base)
         # A gradient smaller, in both runs, than the rounding of one value of the gradients it was computed
         # from (one that is zero in exact arithmetic: a convolution bias's before BatchNorm, attention's key
         # projection bias's) is noise, and against its own magnitude any two roundings of it differ wildly:
@@ -500,7 +501,7 @@ class Judge:
         # the record's own gradients stands in: coarser (a small bias gradient passes as noise more easily).
         # Their precision is the backward's: under autocast a convolution's backward runs in bf16 and only
         # its parameter gradients are fp32, so fp32's tolerance would name a bf16 rounding as a divergence.
-        gradients = split_name(pair.target)[1] == "backward"
+        gradients = direction == "backward"
         verdict.inputs_size, verdict.inputs_numel = inputs_size, inputs_numel
         eps = verdict.eps = max(worst_eps, inner_eps)
         if params_grad_owner(pair.target):
@@ -515,7 +516,7 @@ class Judge:
                 if magnitude(g_obj) < floor and magnitude(t_obj) < floor and errs[OUTPUT][at] != math.inf:
                     errs[OUTPUT][at] = min(errs[OUTPUT][at], noise_error(t_obj, g_obj, inputs_size))
         self._decide(verdict, errs, extra, eps, t_rows, new_nonfinite, argument_err, one_sided, missing, setting)
-        different = quantities.not_comparable(*split_name(pair.target)[:2], t_dump.records.get(pair.target),
+        different = quantities.not_comparable(base, direction, t_dump.records.get(pair.target),
                                               g_dump.records.get(pair.golden))
         if different:  # two tools' values of two things under one name: neither agrees nor departs
             verdict.introduced, verdict.result, verdict.reasons = False, WARNING, [different]
