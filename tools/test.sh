@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
+# report.html is tested in headless Chromium (tests/test_report_html.py): Debian's package where it is missing
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+  echo "installing chromium for the report.html test..." >&2
+  (apt-get install -y -q chromium || sudo apt-get install -y -q chromium) >/dev/null
+fi
 python="${MSPROBE_LITE_VENV:-.venv}/bin/python"
 echo "== main lane, C routes" >&2
 "$python" -m pytest -q "$@"

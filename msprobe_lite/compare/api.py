@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..core.naming import counterpart
 from ..core.writer import write_atomic
-from . import console, nonfinite, report, tensors
+from . import console, html_report, nonfinite, report, tensors
 from .frameworks import class_free, module_class, namespace_free, translations
 from .judge import (AMPLIFICATION, ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, Judge, across_ranks,
                     files_only, record_eps, same_dtype)
@@ -461,6 +461,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
     departing = {}  # model call -> (input, output difference): outputs beyond ten times their inputs'
     largest = 0.0   # the largest output difference of the model's calls (not the updates after the backward)
+    named_rows = {}  # call named by the answer -> its rows, for report.html
+    first_at = None  # the first divergence's place in `errors`
     first = extra = None  # extra: the first call only in the target, when it comes before any divergence
     # missing_call: the first forward call only in the golden before any divergence that the target left out:
     # between two paired forward calls, with no call only in the target in that gap (one there replaced it: a
@@ -604,8 +606,10 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                      "stack": stack,
                      "parents": target.parent_chain(pair.target) or target.parent_chain(_place(pair.target)),
                      "input_difference": verdict.in_err, "output_difference": verdict.out_err}
+            named_rows[pair.target] = [{k: row.get(k) for k in html_report.CALL_COLUMNS} for row in record_rows]
             if first is None and verdict.introduced:
                 first = found
+                first_at = len(errors) - 1
                 erred = first_error if first_error and pair.target in first_error["parents"] else None
                 if erred and is_module(pair.target):  # mix: a call inside it erred first (NaN from a -inf row)
                     found["reason"] += f"; inside it, {erred['name']} erred first: {erred['reason']}{report.at(erred)}"
@@ -639,7 +643,9 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                     "result_file": csv_path}
     return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules,
                                        "departing": departing, "largest": largest,
-                                       "low_precision": _low_precision(target, golden)}
+                                       "low_precision": _low_precision(target, golden), "rows": named_rows,
+                                       "first_at": first_at,
+                                       "tree": {m: target.parents.get(m) for m in modules}}
 
 
 def _one_in_worker(args):
@@ -808,6 +814,6 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
     write_atomic(os.path.join(output_dir, "summary.json"), json.dumps(summary.to_json(), indent=1))
     summary.files.append(os.path.join(output_dir, "summary.json"))
     if html:
-        report.write_html(os.path.join(output_dir, "report.html"), summary.to_json(), details)
+        html_report.write_html(os.path.join(output_dir, "report.html"), summary.to_json(), details)
         summary.files.append(os.path.join(output_dir, "report.html"))
     return summary

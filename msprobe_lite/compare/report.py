@@ -1,8 +1,8 @@
-"""What compare writes: the CSV table (optionally .xlsx), summary.json, the console line, report.html."""
+"""What compare writes: the CSV table (optionally .xlsx), the whole reasoning of a step in one line
+(console.py prints the short block, html_report.py writes report.html)."""
 from __future__ import annotations
 
 import csv
-import html
 import io
 import json
 import math
@@ -265,68 +265,3 @@ def at(found: dict) -> str:
     return f" at {frame}".replace(", \n ", ": ") if frame else ""
 
 
-def _svg_plot(errors: list, width: int = 900, height: int = 180) -> str:
-    """Output error (log scale) of every paired call along execution order."""
-    if not errors:
-        return "<p>no paired calls</p>"
-    finite = [e for e in errors if e > 0 and math.isfinite(e)]
-    low = math.log10(min(finite)) if finite else -8
-    high = math.log10(max(finite)) if finite else 0
-    span = max(high - low, 1e-9)
-    points = []
-    for i, e in enumerate(errors):
-        x = 40 + i * (width - 50) / max(len(errors) - 1, 1)
-        level = high if math.isinf(e) else (low if e <= 0 else math.log10(e))
-        y = height - 20 - (level - low) / span * (height - 40)
-        points.append(f"{x:.1f},{y:.1f}")
-    return (f'<svg width="{width}" height="{height}" style="border:1px solid #ccc">'
-            f'<text x="4" y="14" font-size="11">log10 output error: {high:.1f}</text>'
-            f'<text x="4" y="{height - 4}" font-size="11">{low:.1f}</text>'
-            f'<polyline fill="none" stroke="#c0392b" stroke-width="1.2" points="{" ".join(points)}"/></svg>')
-
-
-def _found_table(heading: str, found: dict) -> str:
-    """A named call as an HTML table: its name, its golden partner and why (when it has them), parents, stack."""
-    rows = [f"<h3>{html.escape(heading)}</h3><table>"]
-    for key in ("name", "golden_name", "reason"):
-        if key in found:
-            rows.append(f"<tr><th>{key}</th><td>{html.escape(str(found[key]))}</td></tr>")
-    parents = " &lt; ".join(html.escape(p) for p in found.get("parents") or []) or "-"
-    stack = "<br>".join(html.escape(f) for f in found.get("stack") or [])
-    rows.append(f"<tr><th>parents</th><td>{parents}</td></tr><tr><th>stack</th><td><code>{stack}</code></td></tr>"
-                f"</table>")
-    return "".join(rows)
-
-
-def write_html(path: str, summary: dict, details: list) -> None:
-    """details: per pair, {"pair": summary pair, "errors": [...], "modules": {module: worst}}."""
-    parts = ["<!doctype html><meta charset='utf-8'><title>msprobe_lite compare</title>",
-             "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:2px 6px}"
-             "table{border-collapse:collapse}.error{background:#fcc}.warning{background:#ffe9a8}</style>",
-             f"<h1>Compare report ({html.escape(summary['mode'])} mode)</h1>"]
-    for d in details:
-        p = d["pair"]
-        where = place(p["step"], p["rank"])
-        parts.append(f"<h2>{html.escape(where)}</h2><p>{html.escape(console_line(p))}</p>")
-        fd, title = (p["first_divergence"], "First divergence") if p["first_divergence"] else \
-            (p.get("first_error"), "First error (no call introduced one)") if p.get("first_error") else \
-            (p.get("first_seen"), "First call whose inputs differ (no call introduced a divergence)") \
-            if p.get("first_seen") else (p.get("first_warning"), "First warning (no call introduced a divergence)")
-        # the calls of one run only that the answer line names (often the change itself), then the call
-        for found, heading in ((p.get("first_only_in_target"), "Call only in the target"),
-                               (p.get("first_only_in_golden"), "Call only in the golden (the target does not make it)"),
-                               (fd, title)):
-            if found:
-                parts.append(_found_table(heading, found))
-        parts.append("<h3>Output error along execution order</h3>" + _svg_plot(d["errors"]))
-        if d["modules"]:
-            parts.append("<h3>Modules, worst output error of their calls</h3><table>"
-                         "<tr><th>module</th><th>worst error</th><th>result</th></tr>")
-            for module, (worst, result) in d["modules"].items():
-                parts.append(f"<tr class='{result}'><td>{html.escape(module)}</td><td>{worst:.3g}</td>"
-                             f"<td>{result}</td></tr>")
-            parts.append("</table>")
-    if summary.get("across_ranks"):
-        parts.append("<h2>Across ranks</h2>" + "".join(f"<p>{html.escape(across_ranks_line(v))}</p>"
-                                                       for v in summary["across_ranks"]))
-    write_atomic(path, "\n".join(parts))
