@@ -17,7 +17,7 @@ from .report import across_ranks_line, console_line, users_frame
 
 CALL_COLUMNS = ("NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
                 "NPU max", "Bench max", "NPU min", "Bench min", "NPU mean", "Bench mean", "NPU l2norm",
-                "Bench l2norm", "MaxRelativeErr", "NormRelativeErr", "Result", "Err_message")
+                "Bench l2norm", "MaxRelativeErr", "NormRelativeErr", "Result")  # the reason is above the table
 _FOUND = (("first_divergence", "First divergence"), ("first_only_in_target", "Call only in the target"),
           ("first_only_in_golden", "Call only in the golden (the target does not make it)"),
           ("first_error", "First error (no call introduced one)"),
