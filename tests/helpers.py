@@ -85,3 +85,38 @@ def deterministic_compiled_runs():
     torch.use_deterministic_algorithms(True)
     yield
     torch.use_deterministic_algorithms(before)
+
+
+def classifier_steps(path, level, model, optimizer, steps=2, before=None, optimizer_in_window=True,
+                     task="statistics"):
+    """Seeded cross-entropy training steps of `model` (8 features in, 4 classes out; a PyTorch module) with
+    `optimizer(params)`, dumped at `level` into `path`; `before(model, x)` plants a fault before step 0 (under
+    no_grad). The optimizer's update is inside the dumped window unless `optimizer_in_window` is False."""
+    import torch
+    import torch.nn.functional as F
+
+    from msprobe_lite.pytorch import PrecisionDebugger
+
+    opt = optimizer(model.parameters())
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(6, 8, generator=gen), torch.randint(0, 4, (6,), generator=gen)
+    if before is not None:
+        with torch.no_grad():
+            before(model, x)
+    dbg = PrecisionDebugger(dump_path=str(path), task=task, level=level)
+    dumped_steps(dbg, model, lambda: F.cross_entropy(model(x), y), opt, steps, optimizer_in_window)
+
+
+def dumped_steps(dbg, model, loss, opt, steps, optimizer_in_window=True) -> None:
+    """`steps` training steps (`loss()`, its backward, `opt`'s update) each dumped by debugger `dbg` on `model`,
+    the update inside the dumped window or after it."""
+    for _ in range(steps):
+        dbg.start(model=model)
+        loss().backward()
+        if not optimizer_in_window:
+            dbg.stop()
+        opt.step()
+        opt.zero_grad()
+        if optimizer_in_window:
+            dbg.stop()
+        dbg.step()

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from helpers import classifier_steps, dumped_steps
 from lm import Net, batch
 
 from msprobe_lite.compare import compare, report
@@ -24,22 +25,9 @@ def mlp():
 
 
 def train(path, level, model=mlp, before=None, steps=2, task="statistics"):
-    """AdamW steps of `model()`, dumped at `level`; `before(model, x)` plants a fault before step 0."""
-    m = model()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
-    gen = torch.Generator().manual_seed(1)
-    x, y = torch.randn(6, 8, generator=gen), torch.randint(0, 4, (6,), generator=gen)
-    if before is not None:
-        with torch.no_grad():
-            before(m, x)
-    dbg = PrecisionDebugger(dump_path=str(path), task=task, level=level)
-    for _ in range(steps):
-        dbg.start(model=m)
-        F.cross_entropy(m(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-        dbg.stop()
-        dbg.step()
+    """AdamW steps of `model()`, dumped at `level` (the update inside the window); `before(model, x)` plants a
+    fault before step 0."""
+    classifier_steps(path, level, model(), lambda p: torch.optim.AdamW(p, lr=1e-2), steps, before, task=task)
 
 
 def train_lm(path, level, steps, compiled=False, tanh=False, bf16=False, optimizer_in_window=False):
@@ -55,18 +43,13 @@ def train_lm(path, level, steps, compiled=False, tanh=False, bf16=False, optimiz
     opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
     dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level=level)
     tokens, target = batch()
-    for _ in range(steps):
-        dbg.start(model=model)
+
+    def loss():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             out = model(tokens)
-        F.cross_entropy(out.float().flatten(0, 1), target.flatten()).backward()
-        if not optimizer_in_window:
-            dbg.stop()
-        opt.step()
-        opt.zero_grad()
-        if optimizer_in_window:
-            dbg.stop()
-        dbg.step()
+        return F.cross_entropy(out.float().flatten(0, 1), target.flatten())
+
+    dumped_steps(dbg, model, loss, opt, steps, optimizer_in_window)
 
 
 def pairs(tmp_path, level, fault, **kw):
@@ -282,19 +265,9 @@ def test_an_optimizer_that_differs_is_named_as_the_place(tmp_path, level):
     """AdamW with weight decay against Adam (a port's AdamWeightDecay against Adam): step 0 agrees in every
     record, gradients included; step 1's weights differ, and the answer names the update between the steps."""
     def run(path, decay):
-        m = mlp()
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.5) if decay else \
-            torch.optim.Adam(m.parameters(), lr=1e-2)
-        dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level=level)
-        gen = torch.Generator().manual_seed(1)
-        x, y = torch.randn(6, 8, generator=gen), torch.randint(0, 4, (6,), generator=gen)
-        for _ in range(2):
-            dbg.start(model=m)
-            F.cross_entropy(m(x), y).backward()
-            dbg.stop()
-            opt.step()
-            opt.zero_grad()
-            dbg.step()
+        optimizer = (lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.5)) if decay else \
+            (lambda p: torch.optim.Adam(p, lr=1e-2))
+        classifier_steps(path, level, mlp(), optimizer, optimizer_in_window=False)
 
     run(tmp_path / "target", True)
     run(tmp_path / "golden", False)
@@ -375,7 +348,7 @@ def test_the_console_answer_is_a_short_block_of_lines_a_terminal_reads(tmp_path,
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "[step 0] first divergence: Functional.linear.1.forward"
     assert lines[1].startswith("    why: the weight of Module.2.Linear is NaN at the start of step 0")
-    assert any(line.startswith("    at tests/test_compare_culprits.py:") and " in train: " in line for line in lines)
+    assert any(line.startswith("    at tests/helpers.py:") and "F.cross_entropy(model(x), y)" in line for line in lines)
     assert lines[-2].endswith("0 unmatched in target, 0 in golden")
     assert lines[-1].startswith(f"results in {tmp_path / 'o'}: 1 CSV table, summary.json, report.html")
     assert max(map(len, lines)) <= 160

@@ -8,10 +8,9 @@ import subprocess
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+from helpers import classifier_steps
 
 from msprobe_lite.compare import compare
-from msprobe_lite.pytorch import PrecisionDebugger
 
 
 class Blocks(nn.Module):
@@ -25,19 +24,8 @@ class Blocks(nn.Module):
 
 
 def train(path, eps):
-    torch.manual_seed(0)
-    m = Blocks(eps)  # the target's LayerNorm epsilon: another setting
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    dbg = PrecisionDebugger(dump_path=str(path), task="statistics", level="mix")
-    gen = torch.Generator().manual_seed(1)
-    x, y = torch.randn(6, 8, generator=gen), torch.randint(0, 4, (6,), generator=gen)
-    for _ in range(2):
-        dbg.start(model=m)
-        F.cross_entropy(m(x), y).backward()
-        dbg.stop()
-        opt.step()
-        opt.zero_grad()
-        dbg.step()
+    torch.manual_seed(0)  # the target's LayerNorm epsilon: another setting
+    classifier_steps(path, "mix", Blocks(eps), lambda p: torch.optim.SGD(p, lr=0.1), optimizer_in_window=False)
 
 
 def browser(*args):
