@@ -9,7 +9,9 @@ bash tools/setup.sh
 # report.html is tested in headless Chromium (tests/test_report_html.py): Debian's package where it is missing
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
   echo "installing chromium for the report.html test..." >&2
-  (apt-get install -y -q chromium || sudo apt-get install -y -q chromium) >/dev/null
+  (apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium) \
+    || sudo apt-get install -y -q chromium) >/dev/null 2>&1 \
+    || echo "could not install chromium (needs apt-get as root): tests/test_report_html.py will fail" >&2
 fi
 python="${MSPROBE_LITE_VENV:-.venv}/bin/python"
 echo "== main lane, C routes" >&2
