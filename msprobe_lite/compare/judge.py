@@ -208,6 +208,13 @@ def _gradients_by_shape(t_rows, cut: int, g_rows: dict) -> dict:
     autograd node's order (addmm's: bias, input, transposed weight), msprobe_lite in the call's arguments'
     order. Shapes are compared as sets of sizes (a transposed weight has the statistics of the weight); only
     where each such key is one tensor's on both sides, otherwise as they are."""
+    for r in t_rows:  # the usual case, the same order on both sides: nothing built
+        if r.role == OUTPUT and r.is_tensor:
+            g = g_rows.get(r.name[cut:])
+            if g is None or g.shape != r.shape:
+                break
+    else:
+        return g_rows
     t_out = {r.name[cut:]: r for r in t_rows if r.role == OUTPUT and r.name[cut:].count(".") == 2 and r.is_tensor}
     g_out = {k: r for k, r in g_rows.items() if r.role == OUTPUT and k.count(".") == 2 and r.is_tensor}
     key = lambda r: (tuple(sorted(r.shape or ())), same_dtype(r.dtype or ""))  # noqa: E731
