@@ -311,6 +311,10 @@ def _classes_differ(pairs, t_names, g_names) -> str:
     return f"paired by path, classes named differently: {shown}{more}"
 
 
+def _across_free(name: str) -> str:
+    return class_free(namespace_free(name))
+
+
 def _compose(first, second):
     return lambda name: second(first(name))
 
@@ -401,11 +405,11 @@ def _values_in_both(target, golden) -> None:
                            f"to compare (expected dumps of task statistics or tensor)")
 
 
-def _nonfinite_origin(verdict, target, name, step, before: bool, forward_pass: bool) -> None:
+def _nonfinite_origin(verdict, target, name, step, follows: bool, forward_pass: bool) -> None:
     """The step's first NaN/Inf that only the target holds decides (compare/nonfinite.py): a forward call
     taking it as an input, made by no earlier call, is where it came in (a weight: the first divergence;
     input data: the first error); a call after it that makes NaN/Inf from finite inputs only follows from it."""
-    if before:
+    if follows:
         verdict.introduced = verdict.introduced and not verdict.nonfinite_out
     elif verdict.nonfinite_in and forward_pass:
         reason, weight = nonfinite.origin(target, name, verdict.nonfinite_in, step)
@@ -426,9 +430,8 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     across = bool(t_names or g_names)  # two frameworks, met in PyTorch's names
     rename_t = (lambda n: t_names.record(rename(n))) if t_names else rename
     rename_g = g_names.record if g_names else _as_is
-    if across:
-        rename_t, rename_g = _compose(rename_t, namespace_free), _compose(rename_g, namespace_free)
-        rename_t, rename_g = _compose(rename_t, class_free), _compose(rename_g, class_free)
+    if across:  # API namespaces and a port's own class names do not take part in pairing
+        rename_t, rename_g = _compose(rename_t, _across_free), _compose(rename_g, _across_free)
     rename_t = _compose(rename_t, _operator_names(target.records, golden.records))
     rename_g = _compose(rename_g, _operator_names(golden.records, target.records))
     note, by_parent = _levels(target.level, golden.level)
@@ -527,10 +530,10 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                                            unpaired_before, after_backward)
         if verdict.nonfinite_in or verdict.nonfinite_out:
             # at mix a module's record follows the calls inside it: one of those was before it, not earlier
-            before = nonfinite_first is not None and pair.target not in target.parent_chain(nonfinite_first)
+            follows = nonfinite_first is not None and pair.target not in target.parent_chain(nonfinite_first)
             # where no earlier call could have made it unseen: outputs dumped, no call of one run only before
             seen_all = missing != "outputs" and extra is None and not unpaired_before
-            _nonfinite_origin(verdict, target, pair.target, step, before, direction == "forward"
+            _nonfinite_origin(verdict, target, pair.target, step, follows, direction == "forward"
                               and not backward_begun_before and seen_all)
             nonfinite_first = nonfinite_first or pair.target
         # a forward call that paired with nothing (not by the levels' design): what it made is in no out_seen
@@ -699,6 +702,14 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
 WEIGHTS_DIFFER = ("weights are not the golden's", "as a weight does", "its parameters differ")
 
 
+def _about_weights(found) -> str | None:
+    """The part of a finding's reason that says how far the weights differ, before its list of causes (which
+    the step-to-step rules below replace), or None when the finding is not about weights."""
+    if found is None or not any(text in found["reason"] for text in WEIGHTS_DIFFER):
+        return None
+    return found["reason"].split(": the weights are not the golden's")[0]
+
+
 def _updated_between(before, pair) -> None:
     """A step whose first finding is its weights, after a step that agreed in every record, gradients
     included, by far less than the weights now differ: what changed them is the update between the two
@@ -707,11 +718,10 @@ def _updated_between(before, pair) -> None:
     if before is None or not _clean(before[0], pair):
         return
     found = pair["first_divergence"] or pair["first_seen"]
-    if found is None or not any(text in found["reason"] for text in WEIGHTS_DIFFER) \
-            or found.get("input_difference", 0.0) <= AMPLIFICATION * before[1]:
+    head = _about_weights(found)
+    if head is None or found.get("input_difference", 0.0) <= AMPLIFICATION * before[1]:
         return
     step = before[0]["step"]
-    head = found["reason"].split(": the weights are not the golden's")[0]
     found["reason"] = (f"{head}: the optimizer's update after step {step} differs (step {step} agreed in every "
                        f"record, gradients included): another optimizer, learning rate, weight decay or eps")
     found["place"] = "optimizer"
@@ -737,11 +747,10 @@ def _low_precision_drift(before, pair, dtype, departing: dict) -> bool:
     rate's size): said so, with where it grows fastest, instead of weights loaded or converted wrongly.
     Returns whether it said so."""
     found = pair["first_seen"]
-    if before is None or dtype is None or found is None or pair["first_divergence"] \
-            or not any(text in found["reason"] for text in WEIGHTS_DIFFER) \
+    head = _about_weights(found)
+    if before is None or dtype is None or head is None or pair["first_divergence"] \
             or not _clean(before[0], pair, drifting=True) or found["input_difference"] > AMPLIFICATION * before[1]:
         return False
-    head = found["reason"].split(": the weights are not the golden's")[0]
     fastest = max(departing.items(), key=lambda kv: kv[1][1] / max(kv[1][0], 1e-30), default=None)
     where = f"; it grows fastest at {fastest[0]} (outputs {fastest[1][1]:.3g}, inputs {fastest[1][0]:.3g})" \
         if fastest else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import textwrap
 
@@ -42,9 +43,17 @@ def say(text: str) -> None:
     answer.info("%s", text)
 
 
+def width() -> int:
+    """WIDTH, or a narrower terminal's width (at least 60)."""
+    if not sys.stdout.isatty():
+        return WIDTH
+    return max(60, min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns))
+
+
 def wrapped(text: str, indent: str = INDENT, first: str = "") -> str:
-    """`text` in lines of at most WIDTH characters, the first after `first`, the others indented."""
-    return "\n".join(textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=indent,
+    """`text` in lines that fit the terminal (at most WIDTH characters), the first after `first`, the others
+    indented."""
+    return "\n".join(textwrap.wrap(text, width(), initial_indent=first, subsequent_indent=indent,
                                    break_long_words=True, break_on_hyphens=False)) or first.rstrip()
 
 
@@ -102,13 +111,14 @@ def block(pair: dict) -> str:
     headline, found = _verdict(pair)
     lines = [wrapped(headline, first=f"[{place(pair['step'], pair['rank'])}] ")]
     if found is not None:
-        reason = found.get("reason") or ""
-        why = reason.split("; ")[0]
+        clauses = (found.get("reason") or "").split("; ")
+        # the first clause, and the setting that differs where one does (`argument input.eps differs: ...`)
+        why = "; ".join([clauses[0]] + [c for c in clauses[1:] if c.startswith("argument ")])
         if why:
             lines.append(wrapped(why, first=f"{INDENT}why: ", indent=INDENT * 2))
         if isinstance(found.get("output_difference"), float) and "differ by" not in why:
-            lines.append(f"{INDENT}how far: outputs differ by {found['output_difference']:.3g} of their magnitude, "
-                         f"inputs by {found['input_difference']:.3g}")
+            lines.append(wrapped(f"outputs differ by {found['output_difference']:.3g} of their magnitude, inputs by "
+                                 f"{found['input_difference']:.3g}", first=f"{INDENT}how far: ", indent=INDENT * 2))
         where = source_line(found)
         if where:
             lines.append(wrapped(where, first=f"{INDENT}at ", indent=INDENT * 2))
@@ -117,6 +127,6 @@ def block(pair: dict) -> str:
     if unread_files(pair):
         lines.append(wrapped(unread_files(pair), first=INDENT, indent=INDENT * 2))
     c = pair["counts"]
-    lines.append(f"{INDENT}{c['pass']} pass, {c['warning']} warning, {c['error']} error, {c['unmatched_target']} "
-                 f"unmatched in target, {c['unmatched_golden']} in golden")
+    lines.append(wrapped(f"{c['pass']} pass, {c['warning']} warning, {c['error']} error, {c['unmatched_target']} "
+                         f"unmatched in target, {c['unmatched_golden']} in golden", first=INDENT, indent=INDENT * 2))
     return "\n".join(lines)

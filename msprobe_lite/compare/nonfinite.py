@@ -27,12 +27,12 @@ def what(obj: dict) -> str:
     return "NaN" if any(isinstance(v, float) and v != v for v in values) else "Inf"
 
 
-def origin(dump, call: str, entries: list, step, golden: bool = True) -> tuple:
+def origin(dump, call: str, entries: list, step, against_golden: bool = True) -> tuple:
     """(reason, from_a_weight) for forward call `call` of `dump`, the first to take a value that is NaN/Inf
-    (`entries`: (suffix, kind, statistics)) when no earlier call made one: only in the target (`golden`), or
+    (`entries`: (suffix, kind, statistics)) when no earlier call made one: only in the target (`against_golden`), or
     at all (overflow_check, weights only)."""
     at = f"the start of step {step}" if step is not None else "the start of the step"
-    if golden:
+    if against_golden:
         at += " (the golden's is finite)"
     for suffix, sort, obj in entries:
         if sort == PARAMETER:

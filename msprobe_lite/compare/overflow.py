@@ -49,7 +49,7 @@ def first_overflow(dump) -> tuple:
             continue
         found = {"name": name, "outputs": bad, "stack": dump.stacks.get(name, []), "parents": dump.parent_chain(name)}
         if weights:  # a weight already NaN/Inf when the step starts: it came in here, with its first use
-            found["reason"] = nonfinite.origin(dump, name, weights, dump.step, golden=False)[0]
+            found["reason"] = nonfinite.origin(dump, name, weights, dump.step, against_golden=False)[0]
             return found, found
         first_seen = first_seen or found
         if all(_finite_row(r) for r in _made_from(dump, name, rows)):

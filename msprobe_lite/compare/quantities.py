@@ -10,7 +10,7 @@ from __future__ import annotations
 
 NOT_COMPARABLE = "not comparable (different quantities)"
 
-# API -> (direction, what each side's value is, the test that one record holds the other tool's quantity)
+# API (its backward record) -> what each tool records under its name
 _KNOWN = {
     "Functional.cross_entropy": "the reference tool records the gradient of its inner nll_loss (of log_softmax's "
                                 "output), msprobe_lite the gradient of the logits",
