@@ -44,15 +44,17 @@ def test_report_html_opens_on_the_first_divergence_in_a_headless_browser(tmp_pat
     page = (tmp_path / "out" / "report.html").resolve()
     text = page.read_text()
     assert "http://" not in text and "https://" not in text and "<script src" not in text  # self-contained
-    dom = browser("--dump-dom", f"{page.as_uri()}#selftest")
+    dom = browser("--dump-dom", "--window-size=1280,1000", f"{page.as_uri()}#selftest")
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     assert 'data-ready="1"' in html and 'data-errors=""' in html, html[:500]
     assert 'data-expanded="1"' in html  # a closed tree node opened when its summary was clicked
+    assert 'data-sideways="0"' in html  # both runs' tensors side by side fit a 1280-pixel window
     shown = html.split("class=\"step shown\"", 1)[1].split("</section>", 1)[0]
     assert "<h3>First divergence</h3>" in shown and first["name"] in shown
     assert "calls in execution order" in shown and "first divergence</text>" in shown  # the plot's axes, mark
     assert "<details data-name=\"Module.head.Sequential.forward.0\" open" in shown  # the path to it is open
+    assert "pass (no difference of its own)" in shown  # a module carrying in its inputs' difference says so
     shot = tmp_path / "report.png"
     result = browser(f"--screenshot={shot}", "--window-size=1280,1000", page.as_uri())
     assert result.returncode == 0 and shot.stat().st_size > 10_000, result.stderr[-2000:]

@@ -3,8 +3,8 @@ network): a section per step and rank, switched by a menu, opening on the first 
 each, the answer, the calls it names with both runs' tensors side by side, the error along execution order
 (labelled axes, the first divergence marked) and the module tree coloured by each module's worst error, the
 path to the first divergence open, searchable by name. The page records its own script errors in
-`data-errors` and, opened with `#selftest`, opens a closed tree node by itself (tests/test_report_html.py
-reads both in headless Chromium).
+`data-errors` and, opened with `#selftest`, opens a closed tree node by itself and says in `data-sideways` whether
+the window must scroll sideways (tests/test_report_html.py reads them in headless Chromium).
 """
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ _STYLE = """body{font-family:sans-serif;margin:1.5em;max-width:1400px}td,th{bord
 font-size:13px}table{border-collapse:collapse;margin-bottom:1em}.error{background:#fcc}.warning{background:#ffe9a8}
 .step{display:none}.step.shown{display:block}details{margin-left:1.2em}summary{cursor:pointer}
 .answer{white-space:pre-wrap;background:#f6f6f6;padding:.6em;font-family:monospace;font-size:13px}
-.named{font-weight:bold;outline:2px solid #c0392b}.hidden{display:none}"""
+.named{font-weight:bold;outline:2px solid #c0392b}.hidden{display:none}.golden{color:#555}
+.legend{font-size:12px;color:#555}table.tensors td{white-space:nowrap}"""
 _SCRIPT = """
 document.body.dataset.errors = "";
 window.addEventListener("error", e => { document.body.dataset.errors += (e.message || "error") + ";"; });
@@ -47,6 +48,7 @@ show(document.getElementById("steps").value);
 if (location.hash === "#selftest") {
   const closed = document.querySelector(".step.shown details:not([open]) > summary");
   if (closed) { closed.click(); document.body.dataset.expanded = closed.parentElement.open ? "1" : "0"; }
+  document.body.dataset.sideways = document.documentElement.scrollWidth > window.innerWidth ? "1" : "0";
 }
 document.body.dataset.ready = "1";
 """
@@ -82,7 +84,9 @@ def _section(where: str, d: dict) -> str:
     parts.append("<h3>Output error along execution order</h3>" + _plot(d["errors"], d.get("first_at")))
     if d["modules"]:
         named = (p["first_divergence"] or {}).get("name")
-        parts.append("<h3>Modules, coloured by the worst output error of their calls</h3>"
+        parts.append("<h3>Modules, coloured by the worst output error of their calls</h3><p class='legend'>"
+                     "green: equal; yellow to red: 1e-7 to 100% of their magnitude. A module that passes "
+                     "took its difference in with its inputs; an error or warning made one of its own.</p>"
                      "<input class='search' placeholder='search a module by name' size='50'>"
                      f"<div class='tree'>{_tree(d['modules'], d.get('tree') or {}, named, p)}</div>")
     return "".join(parts)
@@ -102,13 +106,42 @@ def _found(heading: str, found: dict, rows) -> str:
                f"<details><summary>the whole stack ({len(frames)} frames)</summary><code>{stack}</code></details>"
                "</td></tr></table>")
     if rows:
-        out.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in CALL_COLUMNS) + "</tr>")
-        for row in rows:
-            cls = row.get("Result") if row.get("Result") in ("error", "warning") else ""
-            out.append(f"<tr class='{cls}'>" + "".join(f"<td>{html.escape(_cell(row.get(c)))}</td>"
-                                                        for c in CALL_COLUMNS) + "</tr>")
-        out.append("</table>")
+        out.append(_tensors(found["name"], rows))
     return "".join(out)
+
+
+# the call table's columns: (heading, the target's column, the golden's): each cell holds the target's value
+# over the golden's, so that both runs sit side by side in a table that fits a 1280-pixel window
+_SIDE_BY_SIDE = (("dtype", "NPU Dtype", "Bench Dtype"), ("shape", "NPU Tensor Shape", "Bench Tensor Shape"),
+                 ("max", "NPU max", "Bench max"), ("min", "NPU min", "Bench min"),
+                 ("mean", "NPU mean", "Bench mean"), ("L2 norm", "NPU l2norm", "Bench l2norm"))
+
+
+def _tensors(call: str, rows: list) -> str:
+    """Both runs' tensors of a call: a row per tensor named after the call (`input.0`), the golden's name
+    only where it differs."""
+    head = "".join(f"<th>{h}</th>" for h in ("tensor", *(c[0] for c in _SIDE_BY_SIDE), "max rel. err",
+                                                  "norm rel. err", "result"))
+    out = [f"<table class='tensors'><tr>{head}</tr>"]
+    for row in rows:
+        cls = row.get("Result") if row.get("Result") in ("error", "warning") else ""
+        name, bench = _within(call, row.get("NPU Name")), _within(call, row.get("Bench Name"))
+        label = html.escape(name or bench) + (f"<br><small>golden: {html.escape(bench)}</small>"
+                                              if name and bench and bench != name else "")
+        cells = [f"<td>{html.escape(_cell(row.get(t)))}<br><span class='golden'>{html.escape(_cell(row.get(g)))}"
+                 f"</span></td>" for _, t, g in _SIDE_BY_SIDE]
+        cells += [f"<td>{html.escape(_cell(row.get(c)))}</td>" for c in ("MaxRelativeErr", "NormRelativeErr", "Result")]
+        out.append(f"<tr class='{cls}'><td>{label}</td>{''.join(cells)}</tr>")
+    out.append("</table><p class='legend'>each cell: the target's value over <span class='golden'>the golden's"
+               "</span></p>")
+    return "".join(out)
+
+
+def _within(call: str, name) -> str:
+    """A row's name after its call's (`input.0` of `Functional.linear.0.forward.input.0`)."""
+    if not name:
+        return ""
+    return name[len(call) + 1:] if name.startswith(call + ".") else name
 
 
 def _cell(value) -> str:
@@ -138,9 +171,17 @@ def _tree(modules: dict, parents: dict, named, pair) -> str:
         inner = "".join(node(c) for c in children.get(module, []))
         mark = " class='named'" if module == named else ""
         return (f"<details data-name='{html.escape(module)}'{' open' if module in path else ''}>"
-                f"<summary style='background:{_colour(worst)}'{mark}>{html.escape(module)} - {result}, worst "
-                f"{worst:.3g}</summary>{inner}</details>")
+                f"<summary style='background:{_colour(worst)}'{mark}>{html.escape(module)} - {_label(worst, result)}"
+                f"</summary>{inner}</details>")
     return "".join(node(m) for m in children.get(None, []))
+
+
+def _label(worst: float, result: str) -> str:
+    """A tree node's words: its colour is the size of its outputs' difference, which a module that passes
+    may still carry in from its inputs; the words say which."""
+    if result != "pass":
+        return f"{result}, worst output error {worst:.3g}"
+    return "pass, outputs equal" if not worst else f"pass (no difference of its own), worst output error {worst:.3g}"
 
 
 def _plot(errors: list, first_at, width: int = 1000, height: int = 220) -> str:
