@@ -50,6 +50,46 @@ def test_two_seeded_runs_give_bitwise_identical_dumps(tmp_path):
     assert b"Functional.dropout" in first[0]
 
 
+def test_dropout_removal_undone_after_the_debugger_wrapped_it(tmp_path):
+    """NetDifferenceFinder removes dropout for its run only, while its debugger wraps the same functions: put
+    back, dropout drops again and later dumps still record it (the wrapper, buried, passes calls through)."""
+    from msprobe_lite.pytorch.seed import remove_dropout
+
+    x = torch.ones(64, 64)
+    undo = remove_dropout()
+    d = PrecisionDebugger(dump_path=str(tmp_path / "during"), task="statistics", level="L1")
+    d.start()
+    assert torch.equal(F.dropout(x, 0.5, True), x) and torch.equal(nn.Dropout(0.5).train()(x), x)
+    d.stop()
+    d.step()
+    undo()
+    assert (F.dropout(x, 0.5, True) == 0).any() and (nn.Dropout(0.5).train()(x) == 0).any()
+    assert (torch.dropout(x, 0.5, True) == 0).any()
+    later = PrecisionDebugger(dump_path=str(tmp_path / "after"), task="statistics", level="L1")
+    later.start()
+    dropped = F.dropout(x, 0.5, True)
+    later.stop()
+    later.step()
+    assert (dropped == 0).any()
+    assert b"Functional.dropout.0.forward" in (tmp_path / "after" / "step0" / "rank" / "dump.json").read_bytes()
+    remove_dropout()  # removed again: the pass-through wrapper or a new one
+    assert torch.equal(F.dropout(x, 0.5, True), x)
+
+
+def test_dropout_removed_after_a_debugger_was_made_is_still_recorded(tmp_path):
+    """seed_all(rm_dropout=True) after PrecisionDebugger(...): the capture, made with the API list before the
+    removal, still records the dropout calls (as the function it replaced) and the removal holds."""
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), task="statistics", level="L1")
+    seed_all(1234, rm_dropout=True)
+    x = torch.ones(64, 64)
+    debugger.start()
+    kept = F.dropout(x, 0.5, True)
+    debugger.stop()
+    debugger.step()
+    assert torch.equal(kept, x)
+    assert b"Functional.dropout.0.forward" in (tmp_path / "step0" / "rank" / "dump.json").read_bytes()
+
+
 def test_seed_all_seeds_every_generator():
     seed_all(7)
     a = (random.random(), np.random.rand(), torch.rand(1).item(), os.environ["PYTHONHASHSEED"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import nn, ops
 
-from ..core.seed import seed_python
+from ..core.seed import PASS_THROUGH, put_back, replace_function, seed_python
 from .api_capture import _optional
 
 _DROPOUT_CELLS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "DropoutExt", "Dropout2dExt")
@@ -25,24 +25,33 @@ def _identity_cell(self, x, *args, **kwargs):
 
 def _identity_function(original):
     def no_dropout(input, *args, **kwargs):  # noqa: A002 - MindSpore's own name
-        return input
-    no_dropout.__msprobe_lite_original__ = original
+        return original(input, *args, **kwargs) if getattr(no_dropout, PASS_THROUGH) else input
     no_dropout.__name__ = getattr(original, "__name__", "dropout")
     return no_dropout
 
 
-def remove_dropout() -> None:
-    """Every dropout cell and functional dropout of ops, mint and nn becomes an identity; idempotent."""
+def remove_dropout():
+    """Every dropout cell and functional dropout of ops, mint and nn becomes an identity; idempotent. Returns
+    a function that undoes what this call did (NetDifferenceFinder removes dropout for its run only)."""
+    cells, functions = [], []
     for namespace in (nn, _MINT_NN):
         for name in _DROPOUT_CELLS:
             cls = getattr(namespace, name, None)
-            if isinstance(cls, type):
+            if isinstance(cls, type) and cls.__dict__.get("construct") is not _identity_cell:
+                cells.append((cls, cls.__dict__.get("construct")))
                 cls.construct = _identity_cell
     for namespace, names in _DROPOUT_FUNCTIONS:
         for name in names if namespace is not None else ():
-            fn = getattr(namespace, name, None)
-            if callable(fn) and not hasattr(fn, "__msprobe_lite_original__"):
-                setattr(namespace, name, _identity_function(fn))
+            replace_function(namespace, name, _identity_function, functions)
+
+    def undo() -> None:
+        put_back(functions)
+        for cls, construct in reversed(cells):  # a class's construct: hooks wrap instances, not it
+            if construct is None:  # the class inherited its construct
+                del cls.construct
+            else:
+                cls.construct = construct
+    return undo
 
 
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = True) -> None:

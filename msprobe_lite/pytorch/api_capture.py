@@ -29,10 +29,10 @@ Their `output` holds their tensor arguments after the operation (for `async_op=T
 """
 from __future__ import annotations
 
-import functools
 import os
 from collections import OrderedDict
 from threading import get_ident
+from weakref import WeakSet
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +42,7 @@ from torch.overrides import TorchFunctionMode
 from ..core.calls import BackwardCall, Call, _GradSlot
 from ..core.records import Record
 from ..core.safety import guarded, log, report_failure
+from ..core.seed import ORIGINAL
 from ..core.values import MAX_DEPTH, tensor_leaves
 from .framework import _KEYS, PLAIN_TENSORS, TorchFramework, _HookHandle
 from ..core import native
@@ -81,9 +82,17 @@ ALIASES = {name: func for name, func in (
     if func is not None}
 
 
-@functools.lru_cache(maxsize=8)
 def load_api_list(path: str = API_LIST):
     """(table {function: (prefix, name)}, [distributed names]) from an API list YAML (parsed once)."""
+    if path not in _TABLES:
+        _TABLES[path] = _read_api_list(path)
+    return _TABLES[path]
+
+
+_TABLES: dict = {}  # API list path -> load_api_list's answer
+
+
+def _read_api_list(path: str):
     with open(path, encoding="utf-8") as f:
         spec = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     known = {s for s, _, _ in SECTIONS} | {"distributed"}
@@ -96,12 +105,29 @@ def load_api_list(path: str = API_LIST):
             func = getattr(namespace, str(name), None)
             if callable(func):
                 table[func] = (prefix, str(name))
+                # seed_all's dropout removal in place: the calls reach the mode as the function it replaced
+                # once that is put back (NetDifferenceFinder removes dropout for its run only)
+                if callable(getattr(func, ORIGINAL, None)):
+                    table[getattr(func, ORIGINAL)] = (prefix, str(name))
             else:
                 missing.append(f"{section}.{name}")
     if missing:
         log.warning("%s: %d names are not in this PyTorch and are not captured: %s", path, len(missing),
                     ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else ""))
     return table, tuple(str(n) for n in spec.get("distributed") or [])
+
+
+_LIVE: WeakSet = WeakSet()  # every ApiCapture made: see_through updates their tables
+
+
+def see_through(replaced) -> None:
+    """Functions put in place of captured ones after the API list was read (seed_all's dropout removal, called
+    after a debugger was made): their calls reach the capture as the new function, recorded as the old one.
+    `replaced`: (namespace, name, new function, old function) as core.seed.replace_function lists them."""
+    for capture_table in [*(table for table, _ in _TABLES.values()), *(capture.table for capture in list(_LIVE))]:
+        for _, _, new, old in replaced:
+            if old is not None and old in capture_table:
+                capture_table[new] = capture_table[old]
 
 
 class ApiCapture(TorchFunctionMode):
@@ -142,6 +168,7 @@ class ApiCapture(TorchFunctionMode):
 
     def __init__(self, session, recorder, summarizer, modules=None, api_list: str = API_LIST):
         super().__init__()
+        _LIVE.add(self)
         self.session = session
         self.recorder = recorder
         self.summarizer = summarizer

@@ -12,7 +12,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from ..core.seed import seed_python
+from ..core.seed import PASS_THROUGH, put_back, replace_function, seed_python
 
 _DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 
@@ -20,36 +20,41 @@ _DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", 
 def _identity_dropout(original):
     @functools.wraps(original)
     def no_dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002 - PyTorch's own name
-        return original(input, p, False, inplace)
-    no_dropout.__msprobe_lite_original__ = original
+        return original(input, p, training and getattr(no_dropout, PASS_THROUGH), inplace)
+    return no_dropout
+
+
+def _identity_torch_dropout(original):
+    @functools.wraps(original)
+    def no_dropout(input, p, train):  # noqa: A002 - PyTorch's own name
+        return original(input, p, train and getattr(no_dropout, PASS_THROUGH))
     return no_dropout
 
 
 def _no_attention_dropout(original):
     @functools.wraps(original)
     def sdpa(*args, **kwargs):
+        if getattr(sdpa, PASS_THROUGH):
+            return original(*args, **kwargs)
         if len(args) > 4:
             args = args[:4] + (0.0,) + args[5:]
         else:
             kwargs["dropout_p"] = 0.0
         return original(*args, **kwargs)
-    sdpa.__msprobe_lite_original__ = original
     return sdpa
 
 
-def remove_dropout() -> None:
-    """Make every functional dropout (and so every dropout module) an identity; idempotent."""
+def remove_dropout():
+    """Make every functional dropout (and so every dropout module) an identity; idempotent. Returns a function
+    that undoes what this call did (NetDifferenceFinder removes dropout for the time of its run only)."""
+    replaced: list = []
     for name in _DROPOUTS:
-        fn = getattr(F, name)
-        if not hasattr(fn, "__msprobe_lite_original__"):
-            setattr(F, name, _identity_dropout(fn))
-    if not hasattr(torch.dropout, "__msprobe_lite_original__"):
-        original = torch.dropout
-        torch.dropout = functools.wraps(original)(lambda input, p, train: original(input, p, False))
-        torch.dropout.__msprobe_lite_original__ = original
-    sdpa = F.scaled_dot_product_attention
-    if not hasattr(sdpa, "__msprobe_lite_original__"):
-        F.scaled_dot_product_attention = _no_attention_dropout(sdpa)
+        replace_function(F, name, _identity_dropout, replaced)
+    replace_function(torch, "dropout", _identity_torch_dropout, replaced)
+    replace_function(F, "scaled_dot_product_attention", _no_attention_dropout, replaced)
+    from .api_capture import see_through  # a debugger made before: its capture knows the new functions
+    see_through(replaced)
+    return functools.partial(put_back, replaced)
 
 
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> None:
