@@ -8,6 +8,9 @@ import logging  # noqa: E402
 
 import pytest  # noqa: E402
 
+# the answer logger's own handler (standard output) first: it is added only where the logger has none yet
+import msprobe_lite.compare.console  # noqa: E402,F401
+
 
 class _Lines(logging.Handler):
     def __init__(self):

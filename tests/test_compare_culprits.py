@@ -361,3 +361,19 @@ def test_the_console_answer_is_a_short_block_of_lines_a_terminal_reads(tmp_path,
     finally:
         logging.getLogger("msprobe_lite.answer").disabled = False
     assert capsys.readouterr().out == ""
+
+
+def test_the_verdict_blocks_why_keeps_a_parenthesis_whole():
+    """The block's "why" is a reason's first clause: cut at "; " outside parentheses, not inside one."""
+    from msprobe_lite.compare.console import block
+
+    reason = ("inputs already differ by 0.2 of their magnitude, earlier calls' outputs by at most 0: the runs "
+              "parted before this module, in code that is not recorded (at L0 what runs between modules; or the "
+              "input data); 1 earlier forward call did not pair")
+    found = {"name": "Module.attn.Attention.forward.0", "reason": reason, "stack": []}
+    pair = {"step": 0, "rank": None, "first_divergence": None, "first_seen": found, "note": None,
+            "counts": {"pass": 1, "warning": 1, "error": 0, "unmatched_target": 0, "unmatched_golden": 0}}
+    lines = block(pair).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("    why: "))
+    why = " ".join([lines[at][9:]] + [line.strip() for line in lines[at + 1:] if line.startswith(" " * 8)])
+    assert why.endswith("(at L0 what runs between modules; or the input data)"), why

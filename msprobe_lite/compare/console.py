@@ -106,12 +106,24 @@ def _verdict(pair: dict):
     return "no divergent call found", None
 
 
+def _clauses(reason: str) -> list:
+    """A reason's clauses: its parts between "; " outside parentheses (a clause may hold "(at L0, what runs
+    between modules; ...)")."""
+    clauses, depth, start = [], 0, 0
+    for i, c in enumerate(reason):
+        depth += (c == "(") - (c == ")")
+        if depth <= 0 and reason.startswith("; ", i):
+            clauses.append(reason[start:i])
+            start = i + 2
+    return clauses + [reason[start:]]
+
+
 def block(pair: dict) -> str:
     """A step's verdict block: the verdict and the call, why, how far, where, the counts (and a note)."""
     headline, found = _verdict(pair)
     lines = [wrapped(headline, first=f"[{place(pair['step'], pair['rank'])}] ")]
     if found is not None:
-        clauses = (found.get("reason") or "").split("; ")
+        clauses = _clauses(found.get("reason") or "")
         # the first clause, and the setting that differs where one does (`argument input.eps differs: ...`)
         why = "; ".join([clauses[0]] + [c for c in clauses[1:] if c.startswith("argument ")])
         if why:
