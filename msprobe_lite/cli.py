@@ -49,7 +49,8 @@ def _compare(args: argparse.Namespace) -> int:
 
     try:
         summary = compare(args.target_path, args.golden_path, args.output_path, xlsx=args.xlsx,
-                          html=not args.no_html, mapping=args.mapping, workers=args.workers, explain=args.explain)
+                          html=not args.no_html, mapping=args.mapping, workers=args.workers, explain=args.explain,
+                          scheduler=args.scheduler)
     except CompareError as error:
         print(f"msprobe-lite compare: {error}", file=sys.stderr)
         return 2
@@ -82,8 +83,13 @@ def _add_compare(subparsers: argparse._SubParsersAction) -> None:
     html.add_argument("--html", action="store_true", help="write report.html (the default)")
     html.add_argument("--no-html", action="store_true", help="skip report.html")
     cmd.add_argument("-dm", "--mapping", help="YAML mapping of target name fragments to golden name fragments")
-    cmd.add_argument("-n", "--workers", type=_positive_int, default=None,
-                     help="processes for step/rank pairs and tensor files (default: one per CPU)")
+    where = cmd.add_mutually_exclusive_group()  # a cluster's workers are set where they are started
+    where.add_argument("-n", "--workers", type=_positive_int, default=None,
+                       help="processes for step/rank pairs and tensor files (default: one per CPU)")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="compare the step/rank pairs on the workers of this Dask scheduler (tcp://host:8786), "
+                            "which see the dumps and the output folder under the same paths; needs "
+                            "msprobe_lite[distributed]")
     cmd.set_defaults(run=_compare)
 
 

@@ -656,9 +656,21 @@ def _one_in_worker(args):
     return compare_one(step, rank, t_path, g_path, output_dir, _load_mapping(mapping), timestamp, xlsx)
 
 
-def _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, show_progress, workers):
+def _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, show_progress, workers, scheduler=None):
     """Each step/rank pair is independent: several pairs are compared in parallel processes. A single pair
-    gets the processes for its tensor files instead (one level of processes, never a pool inside a pool)."""
+    gets the processes for its tensor files instead (one level of processes, never a pool inside a pool).
+    With `scheduler`, every pair on that Dask cluster's workers instead (compare.cluster)."""
+    if scheduler:
+        from .cluster import run_on
+
+        if workers:  # as the CLI's -n and --scheduler: a cluster's processes are set where its workers start
+            raise CompareError(f"workers={workers} and scheduler={scheduler!r}: give one, not both")
+        # absolute paths: a worker runs in a folder of its own, often on another machine that mounts the same paths
+        absolute = os.path.abspath
+        yield from run_on(scheduler, _one_in_worker, [
+            (s, r, absolute(t), absolute(g), absolute(output_dir), mapping and absolute(mapping), timestamp, xlsx)
+            for s, r, t, g in inputs])
+        return
     workers = workers or os.cpu_count() or 1
     if len(inputs) == 1 or workers <= 1:
         for step, rank, t_path, g_path in inputs:
@@ -674,14 +686,16 @@ def _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, show_progress
 
 def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bool = False, html: bool = True,
             mapping: str | None = None, quiet: bool = False, workers: int | None = None,
-            explain: bool = False) -> Summary:
+            explain: bool = False, scheduler: str | None = None) -> Summary:
     """Compare a target dump with a golden dump (dump.json, rank folder, step folder or dump root).
 
     Writes compare_result_rank{R}_step{N}_{timestamp}.csv per pair, summary.json and report.html to
     `output_dir` (default ./compare_output), says a verdict block per pair (the whole reasoning with
     `explain`) through the `msprobe_lite.answer` logger, and returns the summary. Several
     step/rank pairs are compared in up to `workers` processes (default: one per CPU); a single pair in
-    tensor mode measures its tensor files in that many processes instead. On a terminal, a progress bar."""
+    tensor mode measures its tensor files in that many processes instead. On a terminal, a progress bar.
+    `scheduler` ("tcp://host:8786"), not with `workers`: the pairs are compared on that Dask cluster's workers,
+    which must see the dumps and `output_dir` under the same paths; the results are the same."""
     output_dir = output_dir or "compare_output"
     rename = _load_mapping(mapping)
     try:
@@ -690,7 +704,8 @@ def compare(target: str, golden: str, output_dir: str | None = None, *, xlsx: bo
         raise CompareError(str(exc)) from None
     try:
         report.output_folder(output_dir)
-        return _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers, explain)
+        return _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers, explain,
+                            scheduler)
     except report.OutputError as exc:
         raise CompareError(str(exc)) from None
     except BrokenPipeError:  # the console's reader left (`| head`): the command's business, not the folder's
@@ -783,14 +798,16 @@ def _still_departing(earlier, pair, departing: dict) -> None:
         f"{hit[0]:.3g}, weights included (they carry the earlier steps' drift)"))
 
 
-def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers, explain=False) -> Summary:
+def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, workers, explain=False,
+                 scheduler=None) -> Summary:
     """Every step/rank pair compared and written to `output_dir`, with summary.json and report.html."""
     timestamp = time.strftime("%Y%m%d%H%M%S")
     tty = sys.stderr.isatty() and not quiet
     summary, details = None, []
     before = {}  # rank -> the pair of its latest step
     named = {}   # rank -> (step, first divergence) of its latest step that had one
-    for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers):
+    for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers,
+                                              scheduler):
         if not _low_precision_drift(before.get(pair["rank"]), pair, detail["low_precision"], detail["departing"]):
             _updated_between(before.get(pair["rank"]), pair)
         _still_departing(named.get(pair["rank"]), pair, detail["departing"])
