@@ -192,8 +192,68 @@ def _add_ckpt(subparsers: argparse._SubParsersAction) -> None:
     compare.set_defaults(run=_ckpt_compare)
 
 
+def _compare_npy(args: argparse.Namespace) -> int:
+    from .compare.npy_dirs import NpyDirError, compare_npy_dirs
+
+    try:
+        rows = compare_npy_dirs(args.target_path, args.golden_path, rtol=args.rtol, atol=args.atol)
+    except NpyDirError as error:
+        print(f"msprobe-lite compare_npy: {error}", file=sys.stderr)
+        return 2
+    for row in rows:
+        print(row.line())
+    counts = {}
+    for row in rows:
+        counts[row.result] = counts.get(row.result, 0) + 1
+    print(", ".join(f"{n} {k}" for k, n in counts.items()) + f" (rtol {args.rtol:g}, atol {args.atol:g})")
+    return 0 if all(r.allclose for r in rows) else 1
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number of at least 0, got {text!r}")
+    return value
+
+
+def _add_compare_npy(subparsers: argparse._SubParsersAction) -> None:
+    cmd = subparsers.add_parser("compare_npy", help="compare two folders of .npy files matched by name (outputs or "
+                                                    "gradients saved on each side; exit 1 when any is not allclose)")
+    cmd.add_argument("-tp", "--target_path", required=True, help="folder of the target's .npy files (the port's)")
+    cmd.add_argument("-gp", "--golden_path", required=True, help="folder of the golden's .npy files")
+    cmd.add_argument("--rtol", type=_tolerance, default=1e-4, help="relative tolerance of allclose (default %(default)g)")
+    cmd.add_argument("--atol", type=_tolerance, default=1e-4, help="absolute tolerance of allclose (default %(default)g)")
+    cmd.set_defaults(run=_compare_npy)
+
+
+def _acc_check(args: argparse.Namespace) -> int:
+    from .acc_check import AccCheckError, acc_check
+
+    try:
+        summary = acc_check(args.input_path, args.output_path)
+    except AccCheckError as error:
+        print(f"msprobe-lite acc_check: {error}", file=sys.stderr)
+        return 2
+    c = summary["counts"]
+    print(f"results in {args.output_path}: acc_check_summary.json, acc_check_result.csv")
+    return 1 if c["pass"] + c["warning"] + c["error"] == 0 else 0  # replayed nothing: no evidence either way
+
+
+def _add_acc_check(subparsers: argparse._SubParsersAction) -> None:
+    cmd = subparsers.add_parser("acc_check", help="replay every API call of a dump of task tensor in float64 and "
+                                                  "name the first that loses more precision than its dtype explains")
+    cmd.add_argument("-i", "--input_path", required=True, help="a dump of task tensor: dump.json, rank or step "
+                                                               "folder, or dump root")
+    cmd.add_argument("-o", "--output_path", default="acc_check_output",
+                     help="output folder (default %(default)s); a report.html there gets a section")
+    cmd.set_defaults(run=_acc_check)
+
+
 SUBCOMMANDS: List[Callable[[argparse._SubParsersAction], None]] = [_add_config, _add_compare, _add_overflow_check,
-                                                                    _add_ckpt]
+                                                                    _add_ckpt, _add_compare_npy, _add_acc_check]
 
 
 def build_parser() -> argparse.ArgumentParser:
