@@ -474,6 +474,9 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     # paired forward calls (or 3) are left out so in all
     missing_call, left_out, paired_forward = None, 0, 0
     gap, gap_clean = [], True  # the golden-only forward calls since the last paired one; none only in the target
+    # the target-only forward calls since the last paired one: across frameworks, where API calls that do not pair
+    # are routine, they are named only when the very next call's inputs are the first to differ (a port's extra op)
+    t_gap = []
     first_error = None    # the first error of any kind: said when no call introduced a divergence
     first_warning = None  # the first warning (an amplification): said when nothing above is
     first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
@@ -560,7 +563,14 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             rows.extend(record_rows)
         if bar and i % 200 == 0:
             bar(i, len(pairs))
+        if across and verdict.first_seen and first is None and extra is None and t_gap:
+            extra = {"name": t_gap[0], "stack": target.stacks.get(t_gap[0], []),
+                     "parents": target.parent_chain(t_gap[0]),
+                     "reason": f"only in the target ({', '.join(t_gap)}), just before {pair.target}, whose inputs "
+                               f"are the first to differ"}
         if verdict.result == UNMATCHED:
+            if pair.target and direction == "forward":
+                t_gap.append(pair.target)
             counts["unmatched_target" if pair.target else "unmatched_golden"] += 1
             # across frameworks, API calls that do not pair are routine (nn.Dense is MatMul and BiasAdd): the
             # call named is the first module or cell only in the target (a GELU where the golden has a ReLU)
@@ -576,6 +586,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
             continue
         if direction == "forward":
             paired_forward += 1
+            t_gap = []
             if gap and gap_clean:  # the target went from the call before the gap straight to this one
                 left_out += len(gap)
                 if missing_call is None and gap[0] is not None:
