@@ -224,8 +224,10 @@ def _add_compare_npy(subparsers: argparse._SubParsersAction) -> None:
                                                     "gradients saved on each side; exit 1 when any is not allclose)")
     cmd.add_argument("-tp", "--target_path", required=True, help="folder of the target's .npy files (the port's)")
     cmd.add_argument("-gp", "--golden_path", required=True, help="folder of the golden's .npy files")
-    cmd.add_argument("--rtol", type=_tolerance, default=1e-4, help="relative tolerance of allclose (default %(default)g)")
-    cmd.add_argument("--atol", type=_tolerance, default=1e-4, help="absolute tolerance of allclose (default %(default)g)")
+    cmd.add_argument("--rtol", type=_tolerance, default=1e-4,
+                     help="relative tolerance of allclose (default %(default)g)")
+    cmd.add_argument("--atol", type=_tolerance, default=1e-4,
+                     help="absolute tolerance of allclose (default %(default)g)")
     cmd.set_defaults(run=_compare_npy)
 
 
@@ -238,7 +240,8 @@ def _acc_check(args: argparse.Namespace) -> int:
         print(f"msprobe-lite acc_check: {error}", file=sys.stderr)
         return 2
     c = summary["counts"]
-    print(f"results in {args.output_path}: acc_check_summary.json, acc_check_result.csv")
+    print(f"results in {args.output_path}: acc_check_summary.json, acc_check_result.csv"
+          f"{', a section of report.html' if summary.get('report_section') else ''}")
     return 1 if c["pass"] + c["warning"] + c["error"] == 0 else 0  # replayed nothing: no evidence either way
 
 

@@ -202,6 +202,26 @@ def test_in_place_ops_and_batch_norm_in_training_replay(tmp_path):
     assert s["counts"]["error"] == s["counts"]["warning"] == 0
 
 
+def test_the_optimizers_update_in_the_dump_leaves_the_weight_gradients_judged(tmp_path):
+    """optimizer.step() between start() and stop() (the README's loop): its calls take every parameter after the
+    backward pass, which feeds no gradient back; the weight gradients of the layers are still judged. An output
+    not judged is said in the call's reason, even when the call passes."""
+    model, x, _ = make("mlp")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dbg = PrecisionDebugger(dump_path=str(tmp_path / "dump"), task="tensor", level="L1")
+    dbg.start(model=model)
+    model(x).float().pow(2).mean().backward()
+    opt.step()
+    dbg.stop()
+    dbg.step()
+    assert any(n.startswith("Tensor.add_.") for n in api_records(tmp_path / "dump"))  # the update is dumped
+    s = acc_check(str(tmp_path / "dump"), str(tmp_path / "out"), quiet=True)
+    linear = [c for c in s["calls"] if c["name"].startswith("Functional.linear.") and c["name"].endswith("backward")]
+    assert linear and all(c["verdict"] == "pass" for c in linear), linear
+    assert all(c["error"]["output"] in ("output.0", "output.1", "output.2") for c in linear)
+    assert all("not judged" not in c["reason"] for c in linear)  # weight and bias gradients judged too
+
+
 # -- the measures ------------------------------------------------------------------------------------------------
 def test_ulp_measure_against_numpy_spacing():
     rng = np.random.default_rng(0)
@@ -267,6 +287,11 @@ def test_section_added_to_an_existing_report_once(tmp_path, fp32_dump, capsys):
     assert page.count("<section id='acc_check'>") == 1
     assert page.index("<section id='acc_check'>") < page.index("<script>")
     assert "no call loses more precision than its dtype explains" in page
+    from test_report_html import browser  # the page with the section still loads cleanly in a real browser
+
+    dom = browser("--dump-dom", (out / "report.html").resolve().as_uri())
+    assert dom.returncode == 0 and 'data-ready="1"' in dom.stdout and 'data-errors=""' in dom.stdout
+    assert "acc_check: every call replayed in float64" in dom.stdout
 
 
 # -- MindSpore ---------------------------------------------------------------------------------------------------
@@ -346,3 +371,16 @@ def test_a_hostile_dump_runs_nothing_outside_the_api_list_and_reads_no_file_outs
     assert "apis.yaml" in calls["Torch.save.0.forward"]["reason"]
     assert calls["Functional.linear.99.forward"]["verdict"] == "skipped"
     assert "no tensor file" in calls["Functional.linear.99.forward"]["reason"]
+
+
+def test_an_answer_where_most_calls_were_skipped_says_so():
+    """No clean bill of health from a dump whose calls mostly could not be replayed."""
+    from msprobe_lite.acc_check.run import rank_line
+
+    calls = [{"verdict": "pass"}] * 3 + [{"verdict": "skipped"}] * 5
+    result = {"calls": calls, "first_failure": None,
+              "counts": {"pass": 3, "warning": 0, "error": 0, "skipped": 5}}
+    line = rank_line(0, None, result)
+    assert "no call loses more precision" in line and "most calls could not be replayed" in line
+    result["counts"], result["calls"] = {"pass": 5, "warning": 0, "error": 0, "skipped": 3}, calls[:3] * 2 + calls[3:6]
+    assert "most calls" not in rank_line(0, None, result)

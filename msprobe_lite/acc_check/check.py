@@ -16,8 +16,8 @@ def replayer_for(dump):
     """The replayer of the dump's framework. Raises AccCheckError for a dump no replayer here reads."""
     from . import AccCheckError
     if dump.task != "tensor":
-        raise AccCheckError(f"{dump.path}: a dump of task {dump.task!r}: acc_check replays the inputs that only a "
-                            f"dump of task \"tensor\" saves (set \"task\": \"tensor\" in config.json)")
+        raise AccCheckError(f"{dump.path}: task {dump.task!r}, expected \"tensor\" (only a tensor dump saves the "
+                            f"inputs to replay)")
     if dump.framework in ("pytorch", ""):
         from ..pytorch.replay import TorchReplayer
         return TorchReplayer(dump)

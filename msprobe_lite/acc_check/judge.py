@@ -25,10 +25,13 @@ class Output:
     reference: object
     is_float: bool
     sensitivity: object = None  # per element, how far the reference moves when its inputs are rounded once
+    left_out: str = ""          # why this output is not judged (the rest of the call is)
 
 
 def judge_output(out: Output) -> tuple:
     """(verdict, reason, measures) of one output."""
+    if out.left_out:
+        return SKIPPED, f"{out.label} not judged: {out.left_out}", {"output": out.label, "dtype": out.dtype}
     if not out.is_float:
         m = measure_exact(out.recorded, out.reference)
         m.update(output=out.label, dtype=out.dtype)
@@ -69,4 +72,5 @@ def judge_call(outputs: list) -> tuple:
     if not measured:
         return SKIPPED, "; ".join(j[1] for j in judged) or "no tensor output to measure", {}
     worst = max(measured, key=lambda j: (_RANK[j[0]], j[2].get("max_ulp", 0.0), j[2].get("mismatched", 0)))
-    return worst[0], worst[1], worst[2]
+    unjudged = [j[1] for j in judged if j[0] == SKIPPED]  # said, so that a pass does not claim them
+    return worst[0], "; ".join([worst[1], *unjudged]), worst[2]

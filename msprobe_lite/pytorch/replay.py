@@ -122,11 +122,15 @@ class TorchReplayer:
         shape and statistics). A backward record holds the gradient that reached an input tensor, summed over
         every call that tensor feeds: it is one call's own only when the tensor feeds that call alone."""
         if self._uses is None:
-            self._uses = Counter(_fingerprint(o) for name, record in self.dump.records.items()
+            # calls after the step's last backward record (the optimizer's update, gradient clipping) take the
+            # parameters too, but no gradient flows back from them
+            names = list(self.dump.records)
+            end = max((i for i, name in enumerate(names) if split_name(name)[1] == "backward"), default=len(names))
+            self._uses = Counter(_fingerprint(o) for name in names[:end]
                                  if split_name(name)[1] == "forward" and not is_module(name) and
-                                 isinstance(record, dict)
-                                 for _, o in tensor_objects([record.get("input_args"), record.get("input_kwargs")],
-                                                            "input"))
+                                 isinstance(self.dump.records[name], dict)
+                                 for _, o in tensor_objects([self.dump.records[name].get("input_args"),
+                                                             self.dump.records[name].get("input_kwargs")], "input"))
         return self._uses.get(_fingerprint(obj), 0)
 
     def replay(self, name: str) -> list:
@@ -249,7 +253,11 @@ class TorchReplayer:
             moved = self._gradients(forward_name, api, *nudged, forward, labelled)
         finally:
             self._dropout_hint = None
-        return self._outputs([(f"output.{i}", recorded[i]) for i in labelled], refs, moved)
+        shared_note = "the gradient that reached a tensor feeding several recorded calls is their sum, not this " \
+                      "call's own"
+        return self._outputs([(f"output.{i}", recorded[i]) for i in labelled], refs, moved) + [
+            Output(f"output.{i}", str(recorded[i].get("dtype")), None, None, False, left_out=shared_note)
+            for i in shared]
 
     def _gradients(self, forward_name: str, api: str, args, kwargs, grads: list, forward: dict, wanted: list) -> list:
         """The float64 gradients of the forward's input tensors at indices `wanted`, given the gradients of its
@@ -295,6 +303,7 @@ def _nudged(value, seed: int = 0):
 
 
 def _map_all(value, fn):
+    """`value` with fn(tensor) for each tensor in it, through lists, tuples and dicts."""
     if isinstance(value, torch.Tensor):
         return fn(value)
     if isinstance(value, list):
@@ -308,16 +317,7 @@ def _map_all(value, fn):
 
 def _map_tensors(value, wanted: dict):
     """`value` with each tensor in `wanted` (by id) replaced by a clone of its leaf."""
-    if isinstance(value, torch.Tensor):
-        leaf = wanted.get(id(value))
-        return leaf.clone() if leaf is not None else value
-    if isinstance(value, list):
-        return [_map_tensors(v, wanted) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_map_tensors(v, wanted) for v in value)
-    if isinstance(value, dict):
-        return {k: _map_tensors(v, wanted) for k, v in value.items()}
-    return value
+    return _map_all(value, lambda t: wanted[id(t)].clone() if id(t) in wanted else t)
 
 
 def _array(t: torch.Tensor) -> np.ndarray:
