@@ -64,23 +64,33 @@ def test_unpaired_files_and_shape_mismatches_are_listed(tmp_path, capsys):
     np.save(tmp_path / "b" / "only_b.npy", np.zeros(2))
     assert cli(["compare_npy", "-tp", str(tmp_path / "a"), "-gp", str(tmp_path / "b")]) == 1
     out = capsys.readouterr().out
-    assert "shape mismatch  x ((2, 3), (3, 2))" in out and "only in golden  only_b (2,)" in out
+    assert "shape mismatch  x target (2, 3), golden (3, 2)" in out and "only in golden  only_b (2,)" in out
     assert "only in target  only_a (2,)" in out
+
+
+def test_an_unreadable_file_is_its_own_line_and_the_others_are_compared(tmp_path, capsys):
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        np.save(tmp_path / side / "good.npy", np.ones(3))
+    (tmp_path / "a" / "bad.npy").write_text("not numpy")
+    np.save(tmp_path / "b" / "bad.npy", np.ones(3))
+    assert cli(["compare_npy", "-tp", str(tmp_path / "a"), "-gp", str(tmp_path / "b")]) == 1
+    out = capsys.readouterr().out
+    assert f"unreadable      bad: {tmp_path / 'a' / 'bad.npy'}: not a .npy file (no .npy header)" in out
+    assert "allclose        good (3,)" in out
     assert compare_arrays("n", np.array([np.nan, 1.0]), np.array([np.nan, 1.0])).allclose   # NaN where both are
 
 
 @pytest.mark.parametrize("args,message", [
     (["-tp", "{t}/missing", "-gp", "{t}/b"], "{t}/missing: no such folder (expected the target folder of .npy files)"),
     (["-tp", "{t}/empty", "-gp", "{t}/b"], "{t}/empty: no .npy file in the target folder"),
-    (["-tp", "{t}/bad", "-gp", "{t}/b"], "{t}/bad/x.npy: not a .npy array readable without pickle"),
     (["-tp", "{t}/b", "-gp", "{t}/b", "--atol", "-1"],
      "argument --atol: expected a finite number of at least 0, got '-1'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
-    for folder in ("b", "empty", "bad"):
+    for folder in ("b", "empty"):
         (tmp_path / folder).mkdir()
     np.save(tmp_path / "b" / "x.npy", np.zeros(2))
-    (tmp_path / "bad" / "x.npy").write_bytes(b"not numpy")
     assert cli(["compare_npy"] + [a.format(t=tmp_path) for a in args]) == 2
     err = capsys.readouterr().err
     assert message.format(t=tmp_path) in err and "Traceback" not in err

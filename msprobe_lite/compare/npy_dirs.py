@@ -19,12 +19,13 @@ class NpyDirError(ValueError):
 @dataclass
 class ArrayComparison:
     name: str
-    result: str                 # "allclose", "differs", "shape mismatch", "only in target", "only in golden"
+    result: str                 # allclose, differs, shape mismatch, only in target, only in golden, unreadable
     shape: tuple | None = None  # the golden's; (target, golden) for a shape mismatch
     close_ratio: float | None = None   # share of elements within rtol/atol
     cosine: float | None = None
     max_abs: float | None = None
     max_rel: float | None = None
+    note: str = ""              # why a file could not be compared ("unreadable")
 
     @property
     def allclose(self) -> bool:
@@ -34,9 +35,13 @@ class ArrayComparison:
         shape = [list(s) for s in self.shape] if self.result == "shape mismatch" else list(self.shape or ())
         return {"name": self.name, "result": self.result, "allclose": self.allclose, "shape": shape,
                 "close_ratio": self.close_ratio, "cosine": self.cosine, "max_abs": self.max_abs,
-                "max_rel": self.max_rel}
+                "max_rel": self.max_rel, **({"note": self.note} if self.note else {})}
 
     def line(self) -> str:
+        if self.note:
+            return f"{self.result:15s} {self.name}: {self.note}"
+        if self.result == "shape mismatch":
+            return f"{self.result:15s} {self.name} target {self.shape[0]}, golden {self.shape[1]}"
         if self.cosine is None and self.max_abs is None:
             return f"{self.result:15s} {self.name} {self.shape}"
         return (f"{self.result:15s} {self.name} {self.shape}  within tolerance {self.close_ratio:.2%}  "
@@ -72,7 +77,12 @@ def _npy_files(folder: str, role: str) -> dict:
 
 def _load(path: str) -> np.ndarray:
     try:
+        with open(path, "rb") as f:
+            if f.read(6) != b"\x93NUMPY":  # numpy would try it as a pickle, and say that instead
+                raise NpyDirError(f"{path}: not a .npy file (no .npy header)")
         return np.load(path, allow_pickle=False)
+    except NpyDirError:
+        raise
     except Exception as exc:  # noqa: BLE001 - numpy raises several types for a bad file
         raise NpyDirError(f"{path}: not a .npy array readable without pickle "
                           f"({' '.join(str(exc).split())[:80] or type(exc).__name__})") from None
@@ -85,10 +95,17 @@ def compare_npy_dirs(target_dir: str, golden_dir: str, rtol: float = 1e-4, atol:
     targets, goldens = _npy_files(target_dir, "target"), _npy_files(golden_dir, "golden")
     rows = []
     for name, path in goldens.items():
-        if name not in targets:
-            rows.append(ArrayComparison(name, "only in golden", tuple(_load(path).shape)))
-            continue
-        rows.append(compare_arrays(name, _load(targets[name]), _load(path), rtol, atol))
-    rows += [ArrayComparison(name, "only in target", tuple(_load(path).shape))
-             for name, path in targets.items() if name not in goldens]
+        try:
+            if name not in targets:
+                rows.append(ArrayComparison(name, "only in golden", tuple(_load(path).shape)))
+                continue
+            rows.append(compare_arrays(name, _load(targets[name]), _load(path), rtol, atol))
+        except NpyDirError as exc:  # that file's line says so; the others are still compared
+            rows.append(ArrayComparison(name, "unreadable", note=str(exc)))
+    for name, path in targets.items():
+        if name not in goldens:
+            try:
+                rows.append(ArrayComparison(name, "only in target", tuple(_load(path).shape)))
+            except NpyDirError as exc:
+                rows.append(ArrayComparison(name, "unreadable", note=str(exc)))
     return rows

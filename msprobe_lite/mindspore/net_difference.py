@@ -443,13 +443,15 @@ def _output_rows(pt: list, mso: list, rtol: float, atol: float) -> list:
 def answer(result: dict) -> str:
     """The short answer in compare's style: what ran, the weights, the outputs, then compare's verdict."""
     sets = len(result["input_sets"])
-    head = (f"[net difference] MindSpore port (target) against PyTorch (golden): {sets} input set{'s' if sets != 1 else ''}, "
+    head = (f"[net difference] MindSpore port (target) against PyTorch (golden): {sets} input "
+            f"set{'s' if sets != 1 else ''}, "
             f"{result['mode']} mode, level {result['level']}, seed {result['seed']}"
             f"{', dropout removed' if result['dropout_removed'] else ''}")
     w = result["weights"]
     weights = f"weights: {w['converted']} parameters from the PyTorch network"
     if w["unused"]:
-        weights += f"; {len(w['unused'])} PyTorch entries unused: {', '.join(w['unused'][:5])}"
+        n = len(w["unused"])
+        weights += f"; {n} PyTorch {'entry' if n == 1 else 'entries'} unused: {', '.join(w['unused'][:5])}"
     lines = [console.wrapped(head), console.wrapped(weights, first=console.INDENT, indent=console.INDENT * 2)]
     for s in result["input_sets"]:
         for row in s["outputs"]:
