@@ -377,3 +377,24 @@ def test_the_verdict_blocks_why_keeps_a_parenthesis_whole():
     at = next(i for i, line in enumerate(lines) if line.startswith("    why: "))
     why = " ".join([lines[at][9:]] + [line.strip() for line in lines[at + 1:] if line.startswith(" " * 8)])
     assert why.endswith("(at L0 what runs between modules; or the input data)"), why
+
+
+def test_ranks_of_a_step_that_say_the_same_share_one_block(capsys):
+    """Hundreds of ranks that agree read as one answer: `[step 0 ranks 0-2, 4]`, a rank that differs apart."""
+    from msprobe_lite.compare.console import Blocks, spans
+
+    counts = {"pass": 3, "warning": 0, "error": 0, "unmatched_target": 0, "unmatched_golden": 0}
+    found = {"name": "Functional.linear.0.forward", "reason": "introduced: outputs differ", "stack": []}
+
+    def pair(rank, first=None, step=0):
+        return {"step": step, "rank": rank, "first_divergence": first, "note": None, "counts": counts}
+    blocks = Blocks()
+    for p in (pair(0), pair(1), pair(2), pair(3, found), pair(4), pair(0, step=1)):
+        blocks.add(p)
+    blocks.close()
+    out = capsys.readouterr().out.splitlines()
+    heads = [line for line in out if line.startswith("[")]
+    assert heads == ["[step 0 ranks 0-2] no divergent call found",
+                     "[step 0 rank 3] first divergence: Functional.linear.0.forward",
+                     "[step 0 rank 4] no divergent call found", "[step 1 rank 0] no divergent call found"]
+    assert spans([0, 1, 2, 3, 5, 7, 8]) == "0-3, 5, 7-8"

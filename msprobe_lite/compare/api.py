@@ -815,6 +815,7 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
     timestamp = time.strftime("%Y%m%d%H%M%S")
     tty = sys.stderr.isatty() and not quiet
     summary, details = None, []
+    blocks = console.Blocks()
     before = {}  # rank -> the pair of its latest step
     named = {}   # rank -> (step, first divergence) of its latest step that had one
     for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers,
@@ -829,8 +830,11 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
         summary.pairs.append(pair)
         summary.files += files
         details.append(detail)
-        if not quiet:
-            console.say(console.explained(pair) if explain else console.block(pair))
+        if not quiet and explain:
+            console.say(console.explained(pair))
+        elif not quiet:
+            blocks.add(pair)
+    blocks.close()
     unused = set.intersection(*(set(p["mapping_unused"]) for p in summary.pairs))
     if unused and not quiet:
         close = {}

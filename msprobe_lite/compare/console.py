@@ -118,10 +118,12 @@ def _clauses(reason: str) -> list:
     return clauses + [reason[start:]]
 
 
-def block(pair: dict) -> str:
-    """A step's verdict block: the verdict and the call, why, how far, where, the counts (and a note)."""
+def block(pair: dict, where: str | None = None) -> str:
+    """A step's verdict block: the verdict and the call, why, how far, where, the counts (and a note).
+    `where`: the place it is headed with (default the pair's step and rank)."""
     headline, found = _verdict(pair)
-    lines = [wrapped(headline, first=f"[{place(pair['step'], pair['rank'])}] ")]
+    where = place(pair["step"], pair["rank"]) if where is None else where
+    lines = [wrapped(headline, first=f"[{where}] ")]
     if found is not None:
         clauses = _clauses(found.get("reason") or "")
         # the first clause, and the setting that differs where one does (`argument input.eps differs: ...`)
@@ -142,3 +144,40 @@ def block(pair: dict) -> str:
     lines.append(wrapped(f"{c['pass']} pass, {c['warning']} warning, {c['error']} error, {c['unmatched_target']} "
                          f"unmatched in target, {c['unmatched_golden']} in golden", first=INDENT, indent=INDENT * 2))
     return "\n".join(lines)
+
+
+class Blocks:
+    """Says the pairs' verdict blocks as they come, one block for the ranks of a step that say the same: a job
+    of hundreds of ranks that agree reads as one answer, not hundreds."""
+
+    def __init__(self):
+        self._key = None
+        self._pair = None
+        self._ranks: list = []
+
+    def add(self, pair: dict) -> None:
+        key = (pair["step"], block(pair, where=""))
+        if pair["rank"] is not None and key == self._key:
+            self._ranks.append(pair["rank"])
+            return
+        self.close()
+        self._key, self._pair, self._ranks = key, pair, [pair["rank"]]
+
+    def close(self) -> None:
+        if self._pair is not None:
+            ranks = self._ranks
+            where = None if len(ranks) == 1 else " ".join(filter(None, (
+                f"step {self._pair['step']}" if self._pair["step"] is not None else "", f"ranks {spans(sorted(ranks))}")))
+            say(block(self._pair, where))
+        self._key, self._pair, self._ranks = None, None, []
+
+
+def spans(numbers: list) -> str:
+    """`0-3, 5, 7-8` for [0, 1, 2, 3, 5, 7, 8]: runs of consecutive numbers joined."""
+    runs: list = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
