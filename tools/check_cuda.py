@@ -1,6 +1,6 @@
 """The checks that need a GPU, as one short run: training on CUDA with the debugger is bitwise that without it
-(eager and torch.compile, L0/L1/mix, synchronous and async_dump), and the dumped statistics of CUDA tensors are
-those computed apart in float64.
+(eager and torch.compile, L0/L1/mix, synchronous and async_dump), the dumped statistics of CUDA tensors are
+those computed apart in float64, and acc_check judges the GPU's kernels without false alarms.
 
     python tools/check_cuda.py            # exits 0 when every check holds, 1 when one fails, 2 without CUDA
 
@@ -108,6 +108,39 @@ def check_statistics(results, tmp):
             print(f"  {name}: {len(seen)} Linear outputs, worst relative difference {worst:.3g}")
 
 
+def check_acc_check(results, tmp):
+    """acc_check on dumps made on the GPU (its kernels, cuBLAS, replayed in float64 on the CPU): no call of the
+    clean transformer fails in float32 or bfloat16, and a tanh off by a relative 2e-4 is the first failure."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from msprobe_lite.acc_check import acc_check
+
+    class Off(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            return out * (1 + 2e-4) if func is torch.ops.aten.tanh.default else out
+
+    for dtype, fault in ((torch.float32, False), (torch.bfloat16, False), (torch.float32, True)):
+        name = f"acc_check {str(dtype)[6:]}{' tanh fault' if fault else ''}"
+        path = os.path.join(tmp, name.replace(" ", "_"))
+        torch.manual_seed(0)
+        model = Net(vocab=128, d=64).to(DEV, dtype)
+        debugger = PrecisionDebugger(dump_path=path, task="tensor", level="L1")
+        debugger.start(model=model)
+        tokens = torch.randint(0, 128, (4, 31), device=DEV)
+        if fault:
+            with Off():
+                torch.tanh(model(tokens)).float().pow(2).mean().backward()
+        else:
+            model(tokens).float().pow(2).mean().backward()
+        debugger.stop()
+        debugger.step()
+        s = acc_check(path, path + "_out", quiet=True)
+        first = (s["first_failure"] or {}).get("name")
+        results[name] = (first or "").startswith("Torch.tanh.") if fault else first is None
+        print(f"  {name}: {s['counts']}, first failure {first}")
+
+
 def main() -> int:
     if DEV == "cuda" and not torch.cuda.is_available():
         print("check_cuda: no CUDA device", file=sys.stderr)
@@ -119,7 +152,7 @@ def main() -> int:
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name() if DEV == 'cuda' else DEV}")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for check in (check_statistics, check_bitwise):
+        for check in (check_statistics, check_bitwise, check_acc_check):
             try:
                 check(results, tmp)
             except Exception:  # noqa: BLE001 - report every check, then fail
