@@ -273,6 +273,15 @@ def test_get_weight_map_names_norm_parameters_as_mindspore_does(tmp_path):
     assert np.array_equal(ms_net.bn.gamma.asnumpy(), before)   # reading the names wrote nothing
 
 
+def test_get_weight_map_says_which_names_found_no_parameter(tmp_path, caplog):
+    pt_net, ms_net, _ = twins("mlp", names=("dense1", "norm"))   # the port calls fc1 dense1
+    written = get_weight_map(pt_net, str(tmp_path / "map.json"), ms_net=ms_net)
+    assert written["fc1.weight"] == "fc1.weight" and written["norm.weight"] == "norm.gamma"
+    said = [r.getMessage() for r in caplog.records if "get_weight_map" in r.getMessage()]
+    assert len(said) == 1 and "2 PyTorch names found no MindSpore parameter" in said[0]
+    assert "fc1.weight, fc1.bias" in said[0]
+
+
 # -- inputs, modes, dumps -----------------------------------------------------------------------------------------
 def test_several_input_sets_given_or_generated_are_each_compared(tmp_path):
     pt_net, ms_net, _ = twins("mlp", eps=1e-2)

@@ -30,6 +30,7 @@ from ..compare import console
 from ..compare.frameworks import MAPPING, load_names
 from ..compare.npy_dirs import compare_arrays
 from ..compare.read import place
+from ..core.safety import log
 from ..pytorch import seed as pt_seed
 from ..pytorch.debugger import PrecisionDebugger as PtDebugger
 from . import seed as ms_seed
@@ -77,7 +78,13 @@ def weight_map(pt_net: torch.nn.Module, ms_net: Optional[ms_nn.Cell] = None) -> 
         _, report = convert_state_dict(renamed, {p.name: tuple(p.shape) for p in ms_net.get_parameters()},
                                        original=original)
         found = {torch_name: ms_name for ms_name, torch_name in report.converted}
-        return {name: found.get(name, name) for name in state if name.rpartition(".")[2] != "num_batches_tracked"}
+        names = [name for name in state if name.rpartition(".")[2] != "num_batches_tracked"]
+        unpaired = [name for name in names if name not in found]
+        if unpaired:  # written as they are: the lines to edit
+            log.warning("get_weight_map: %d PyTorch names found no MindSpore parameter of their shape and are "
+                        "written unchanged (edit them): %s", len(unpaired),
+                        ", ".join(unpaired[:5]) + (" ..." if len(unpaired) > 5 else ""))
+        return {name: found.get(name, name) for name in names}
     leaves = _leaf_names()
     return {name: _guessed_ms_name(pt_net, name, leaves) for name in state
             if name.rpartition(".")[2] != "num_batches_tracked"}
