@@ -353,3 +353,15 @@ def test_compare_outputs_get_the_dumps_modes_whatever_the_umask(tmp_path, capsys
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o750, folder
     for f in files:
         assert stat.S_IMODE(os.stat(f).st_mode) == 0o640, f
+
+
+def test_ranks_are_compared_in_rank_order(tmp_path):
+    """rank2 before rank10: the table and the answer follow the ranks' numbers, not their folders' names."""
+    source = dump_mlp(tmp_path / "one") / "step0" / "rank"
+    for side in ("t", "g"):
+        for rank in (0, 1, 2, 10, 11):
+            shutil.copytree(source, tmp_path / side / "step0" / f"rank{rank}")
+    from msprobe_lite.compare import compare
+
+    summary = compare(str(tmp_path / "t"), str(tmp_path / "g"), str(tmp_path / "out"), quiet=True, workers=1)
+    assert [p["rank"] for p in summary.pairs] == [0, 1, 2, 10, 11]

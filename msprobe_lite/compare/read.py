@@ -276,7 +276,10 @@ def _rank_dirs(step_dir: str) -> list:
         names = os.listdir(step_dir)
     except FileNotFoundError:  # a step folder of a run still going, removed meanwhile (nothing recorded)
         return []
-    return sorted(d for d in names if _RANK.match(d) and _data_file(os.path.join(step_dir, d)))
+    # rank folders in rank order (rank2 before rank10); the reference's proc<pid> folders after them by name
+    # (_number_procs numbers them in that order)
+    return sorted((d for d in names if _RANK.match(d) and _data_file(os.path.join(step_dir, d))),
+                  key=lambda d: (1, 0, d) if d.startswith("proc") else (0, len(d), d))
 
 
 def resolve(path: str) -> list:
