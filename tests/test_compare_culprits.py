@@ -398,3 +398,13 @@ def test_ranks_of_a_step_that_say_the_same_share_one_block(capsys):
                      "[step 0 rank 3] first divergence: Functional.linear.0.forward",
                      "[step 0 rank 4] no divergent call found", "[step 1 rank 0] no divergent call found"]
     assert spans([0, 1, 2, 3, 5, 7, 8]) == "0-3, 5, 7-8"
+
+
+def test_the_verdict_blocks_why_is_not_how_the_call_was_paired():
+    from msprobe_lite.compare.console import block
+
+    found = {"name": "Primitive.MatMul.0.forward", "stack": [],
+             "reason": "aligned with Functional.linear.0.forward; introduced: outputs differ by 0.3 of their magnitude"}
+    pair = {"step": 0, "rank": None, "first_divergence": found, "note": None,
+            "counts": {"pass": 1, "warning": 0, "error": 1, "unmatched_target": 0, "unmatched_golden": 0}}
+    assert "    why: introduced: outputs differ by 0.3 of their magnitude" in block(pair).splitlines()

@@ -106,6 +106,9 @@ def _verdict(pair: dict):
     return "no divergent call found", None
 
 
+_PAIRING = ("aligned with ", "with ")  # Judge.judge's first reasons of a pair made by alignment or of a run
+
+
 def _clauses(reason: str) -> list:
     """A reason's clauses: its parts between "; " outside parentheses (a clause may hold "(at L0, what runs
     between modules; ...)")."""
@@ -125,8 +128,9 @@ def block(pair: dict, where: str | None = None) -> str:
     where = place(pair["step"], pair["rank"]) if where is None else where
     lines = [wrapped(headline, first=f"[{where}] ")]
     if found is not None:
-        clauses = _clauses(found.get("reason") or "")
-        # the first clause, and the setting that differs where one does (`argument input.eps differs: ...`)
+        # how the call was paired ("aligned with ...", "with ... as one call") says what it was compared with,
+        # not why: the first clause after those, and the setting that differs where one does
+        clauses = [c for c in _clauses(found.get("reason") or "") if not c.startswith(_PAIRING)] or [""]
         why = "; ".join([clauses[0]] + [c for c in clauses[1:] if c.startswith("argument ")])
         if why:
             lines.append(wrapped(why, first=f"{INDENT}why: ", indent=INDENT * 2))
