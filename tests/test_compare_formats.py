@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -279,6 +280,23 @@ def test_progress_bar_only_on_a_terminal(tmp_path, capsys):
     assert stream.getvalue().endswith("\r\033[K")
     compare(CURRENT, V1_2, str(tmp_path / "out"))     # stderr is not a terminal under pytest: nothing drawn
     assert capsys.readouterr().err == ""
+
+
+def test_a_bar_over_many_step_rank_pairs_is_cleared_before_each_answer(tmp_path, monkeypatch, capsys):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    rank = next(os.path.join(CURRENT, d) for d in sorted(os.listdir(CURRENT)))
+    for side in ("t", "g"):
+        for r in (0, 1, 2):
+            shutil.copytree(rank, tmp_path / side / "step0" / f"rank{r}")
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    compare(str(tmp_path / "t"), str(tmp_path / "g"), str(tmp_path / "out"), workers=1)
+    drawn = err.getvalue()
+    assert "comparing step/rank pairs [" in drawn and "] 3/3" in drawn and drawn.endswith("\r\033[K")
+    assert capsys.readouterr().out.startswith("[step 0 ranks 0-2] ")  # the three agree: one block
 
 
 def test_cli_workers_must_be_positive(capsys):

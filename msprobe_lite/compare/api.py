@@ -816,6 +816,8 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
     tty = sys.stderr.isatty() and not quiet
     summary, details = None, []
     blocks = console.Blocks()
+    # many step/rank pairs: a bar over them on a terminal, cleared before each answer is said
+    bar = tensors.Progress("comparing step/rank pairs") if tty and len(inputs) > 1 else None
     before = {}  # rank -> the pair of its latest step
     named = {}   # rank -> (step, first divergence) of its latest step that had one
     for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers,
@@ -830,10 +832,16 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
         summary.pairs.append(pair)
         summary.files += files
         details.append(detail)
+        if bar:
+            bar.close()
         if not quiet and explain:
             console.say(console.explained(pair))
         elif not quiet:
             blocks.add(pair)
+        if bar:
+            bar(len(details), len(inputs))
+    if bar:
+        bar.close()
     blocks.close()
     unused = set.intersection(*(set(p["mapping_unused"]) for p in summary.pairs))
     if unused and not quiet:
