@@ -356,6 +356,27 @@ def test_the_users_program_is_unchanged_afterwards():
     assert torch.equal(pt_net(x).detach(), before)      # dropout active again, the same draws
 
 
+def test_a_training_run_keeps_the_users_gradients_modes_and_generators():
+    """Gradients the user holds are neither changed (a backward adds into them in place) nor dumped as the
+    run's; MindSpore's cells keep their phase and training flags; the random generators go on as they were."""
+    pt_net, ms_net, shape = twins("cnn")
+    for p in pt_net.parameters():
+        p.grad = torch.ones_like(p)
+    ms_net.set_train(False)
+    modes = [(c.phase, dict(c.get_flags()), c.training) for _, c in ms_net.cells_and_names()]
+    torch.manual_seed(7)
+    np.random.seed(7)
+    ms.set_seed(7)
+    expected = (torch.rand(3), np.random.rand(3))
+    torch.manual_seed(7)
+    np.random.seed(7)
+    result = NetDifferenceFinder(pt_net, ms_net, train=True).compare(auto_inputs=((shape, np.float32),))
+    assert result["agree"], (result["counts"], result["first_divergence"])  # the run's own gradients compared
+    assert all(torch.equal(p.grad, torch.ones_like(p)) for p in pt_net.parameters())
+    assert [(c.phase, dict(c.get_flags()), c.training) for _, c in ms_net.cells_and_names()] == modes
+    assert torch.equal(torch.rand(3), expected[0]) and np.array_equal(np.random.rand(3), expected[1])
+
+
 @pytest.mark.parametrize("kwargs,compare_kwargs,message", [
     ({}, {}, "give exactly one of inputs"),
     ({}, {"auto_inputs": (((4, 16), "float99"),)}, r"auto_inputs\[0\]: 'float99' is not a numpy dtype"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import tempfile
 from typing import Mapping, Optional, Sequence
@@ -214,13 +215,18 @@ def _dropout_removed(remove: bool):
 
 @contextlib.contextmanager
 def _kept(pt_net: torch.nn.Module, ms_net: ms_nn.Cell, train: bool):
-    """Both networks in training or eval mode for the run; afterwards their flags, PyTorch's gradients and
-    buffers (BatchNorm's statistics) and MindSpore's untrainable parameters as they were."""
+    """Both networks in training or eval mode for the run; afterwards as they were: their modes (MindSpore's
+    phase and training flags of every cell), PyTorch's gradients (values, not references: a backward adds into
+    the tensors in place) and buffers (BatchNorm's statistics), MindSpore's untrainable parameters, and the
+    random generators that seeding both frameworks reset."""
     pt_flags = [(m, m.training) for m in pt_net.modules()]
-    ms_flags = [(c, c.training) for _, c in ms_net.cells_and_names()]
-    grads = [(p, p.grad) for p in pt_net.parameters()]
+    ms_flags = [(c, c.phase, dict(c.get_flags()), c.training) for _, c in ms_net.cells_and_names()]
+    grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in pt_net.parameters()]
     buffers = [(b, b.detach().clone()) for b in pt_net.buffers()]
     moving = [(p, p.value().copy()) for p in ms_net.untrainable_params()]
+    generators = _generators()
+    for p in pt_net.parameters():
+        p.grad = None  # the run's gradients alone, not added to the user's (the dump would record their sum)
     pt_net.train(train)
     ms_net.set_train(train)
     try:
@@ -235,8 +241,33 @@ def _kept(pt_net: torch.nn.Module, ms_net: ms_nn.Cell, train: bool):
             p.set_data(value)
         for m, flag in pt_flags:
             m.training = flag
-        for c, flag in ms_flags:
-            c.training = flag
+        for c, phase, flags, training in ms_flags:
+            kept = c.get_flags()
+            kept.clear()
+            kept.update(flags)
+            c.phase, c.training = phase, training
+        _restore_generators(generators)
+
+
+def _generators() -> tuple:
+    """The states of the generators seed_all sets (MindSpore's global seed, once set, cannot be unset)."""
+    return (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+            torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None, ms.get_rng_state(),
+            os.environ.get("PYTHONHASHSEED"))
+
+
+def _restore_generators(states: tuple) -> None:
+    python, numpy_state, torch_state, cuda_states, ms_state, hash_seed = states
+    random.setstate(python)
+    np.random.set_state(numpy_state)
+    torch.set_rng_state(torch_state)
+    if cuda_states is not None:
+        torch.cuda.set_rng_state_all(cuda_states)
+    ms.set_rng_state(ms_state)
+    if hash_seed is None:
+        os.environ.pop("PYTHONHASHSEED", None)
+    else:
+        os.environ["PYTHONHASHSEED"] = hash_seed
 
 
 @contextlib.contextmanager
