@@ -208,6 +208,31 @@ def test_a_worker_without_msprobe_lite_is_named_not_waited_for(dumps, tmp_path):
         f"worker")
 
 
+def test_a_scheduler_without_workers_is_said_not_waited_for(dumps, tmp_path, monkeypatch):
+    from msprobe_lite.compare import cluster as route
+
+    monkeypatch.setattr(route, "WAIT_FOR_WORKERS", 1)
+    with LocalCluster(n_workers=0, processes=True, dashboard_address=":0") as empty:
+        with pytest.raises(CompareError, match=r"has no worker \(none joined within 1 s\): start them with "
+                                               r"`dask worker tcp://"):
+            compare(str(dumps / "target"), str(dumps / "golden"), str(tmp_path / "out"), quiet=True,
+                    scheduler=empty.scheduler_address)
+
+
+def _unwritable(job):
+    raise FileNotFoundError(2, "No such file or directory", job[4] + "/compare_result.csv.partial")
+
+
+def test_an_output_folder_a_worker_does_not_see_is_one_line(scheduler, tmp_path):
+    """The usual slip: the output folder is not mounted on the workers. The worker's OSError reads as one line
+    naming the pair and what each worker needs, not as a traceback."""
+    from msprobe_lite.compare.cluster import run_on
+
+    with pytest.raises(CompareError, match=r"comparing step 0 rank 3: \[Errno 2\] No such file or directory: "
+                                           r"'/nowhere/compare_result.csv.partial' \(each worker must see"):
+        list(run_on(scheduler, _unwritable, [(0, 3, "t", "g", "/nowhere")]))
+
+
 def test_workers_and_a_scheduler_are_one_or_the_other(dumps, tmp_path, capsys):
     with pytest.raises(CompareError, match=r"^workers=2 and scheduler='tcp://127.0.0.1:8786': give one, not both$"):
         compare(str(dumps / "target"), str(dumps / "golden"), str(tmp_path / "out"), quiet=True, workers=2,

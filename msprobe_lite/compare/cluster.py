@@ -6,6 +6,9 @@ from __future__ import annotations
 import gc
 
 from .api import CompareError
+from .read import place
+
+WAIT_FOR_WORKERS = 30  # seconds
 
 
 def run_on(address: str, function, jobs: list):
@@ -22,10 +25,14 @@ def run_on(address: str, function, jobs: list):
             try:
                 result = future.result()
             except KilledWorker:
-                from .read import place
-
                 raise CompareError(f"the Dask workers of the scheduler at {address} died comparing "
                                    f"{place(job[0], job[1])} (out of memory? each needs a pair's memory)") from None
+            except CompareError:
+                raise
+            except OSError as exc:  # most often an output folder the worker does not see under the same path
+                raise CompareError(f"a Dask worker of the scheduler at {address}, comparing {place(job[0], job[1])}: "
+                                   f"{exc} (each worker must see the dumps and the output folder under the same "
+                                   f"paths)") from None
             future.release()  # the result no longer held in a worker's memory
             yield result
     finally:
@@ -49,9 +56,15 @@ def _connect(address: str):
 
 
 def _check_workers(client, address: str) -> None:
-    """Every worker imports msprobe_lite's compare, or none is sent a pair: a worker that cannot unpickle its
-    task breaks its connection to the scheduler, and the pair would wait for ever. `exec` of an import is the
-    probe because a builtin reaches any worker, and its None comes back."""
+    """Workers are there, and every one imports msprobe_lite's compare, or none is sent a pair: a worker that
+    cannot unpickle its task breaks its connection to the scheduler, and the pair would wait for ever. `exec`
+    of an import is the probe because a builtin reaches any worker, and its None comes back. A scheduler
+    without workers (started before them, or left by them) gets WAIT_FOR_WORKERS seconds to have one."""
+    try:
+        client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS)
+    except TimeoutError:
+        raise CompareError(f"the Dask scheduler at {address} has no worker (none joined within "
+                           f"{WAIT_FOR_WORKERS} s): start them with `dask worker {address}`") from None
     for worker, failed in client.run(exec, "import msprobe_lite.compare.api", on_error="return").items():
         if failed is not None:
             raise CompareError(f"the Dask worker {worker} of the scheduler at {address} cannot import msprobe_lite "
