@@ -94,3 +94,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     assert cli(["compare_npy"] + [a.format(t=tmp_path) for a in args]) == 2
     err = capsys.readouterr().err
     assert message.format(t=tmp_path) in err and "Traceback" not in err
+
+
+def test_arrays_without_numbers_are_said_and_complex_ones_compared_whole():
+    records = np.zeros(3, dtype=[("a", "f4"), ("b", "i4")])
+    row = compare_arrays("r", records, records)
+    assert row.result == "not compared" and not row.allclose
+    assert "target [('a', '<f4'), ('b', '<i4')], golden" in row.note
+    assert compare_arrays("s", np.array(["x"]), np.array(["x"])).result == "not compared"
+    golden = np.array([1 + 1j, 2 - 1j])
+    off = compare_arrays("c", golden + 0.5j, golden)   # only the imaginary part differs
+    assert off.result == "differs" and off.max_abs == pytest.approx(0.5)
+    assert compare_arrays("c", golden.copy(), golden).allclose

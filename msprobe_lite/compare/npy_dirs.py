@@ -19,13 +19,14 @@ class NpyDirError(ValueError):
 @dataclass
 class ArrayComparison:
     name: str
-    result: str                 # allclose, differs, shape mismatch, only in target, only in golden, unreadable
+    result: str                 # allclose, differs, shape mismatch, only in target, only in golden, unreadable,
+    #                             not compared
     shape: tuple | None = None  # the golden's; (target, golden) for a shape mismatch
     close_ratio: float | None = None   # share of elements within rtol/atol
     cosine: float | None = None
     max_abs: float | None = None
     max_rel: float | None = None
-    note: str = ""              # why a file could not be compared ("unreadable")
+    note: str = ""              # why a file could not be compared (unreadable, not compared)
 
     @property
     def allclose(self) -> bool:
@@ -49,13 +50,20 @@ class ArrayComparison:
 
 
 def _floating(a: np.ndarray) -> np.ndarray:
-    return a if a.dtype.kind in "fc" else a.astype(np.float64)
+    """A float array of `a`'s values: a complex array as (real, imaginary) pairs, integers and bools widened."""
+    if a.dtype.kind == "c":
+        return np.stack([a.real, a.imag], axis=-1)
+    return a if a.dtype.kind == "f" else a.astype(np.float64)
 
 
 def compare_arrays(name: str, target, golden, rtol: float = 1e-4, atol: float = 1e-4) -> ArrayComparison:
     """One target array against its golden: allclose (numpy's rule, |t - g| <= atol + rtol * |g|, NaN equal
     to NaN) and the measures of compare's tensor mode (compare/metrics.py)."""
     t, g = np.asarray(target), np.asarray(golden)
+    odd = [f"{side} {a.dtype}" for side, a in (("target", t), ("golden", g)) if a.dtype.kind not in "biufc"]
+    if odd:  # records, text: no numbers to measure
+        return ArrayComparison(name, "not compared", tuple(g.shape),
+                               note=f"{', '.join(odd)}: not numbers (expected float, integer, bool or complex)")
     if t.shape != g.shape:
         return ArrayComparison(name, "shape mismatch", (tuple(t.shape), tuple(g.shape)))
     t, g = _floating(t), _floating(g)
