@@ -368,7 +368,7 @@ def test_a_hostile_dump_runs_nothing_outside_the_api_list_and_reads_no_file_outs
     s = acc_check(str(dump), str(tmp_path / "out"), quiet=True)
     calls = {c["name"]: c for c in s["calls"]}
     assert calls["Torch.save.0.forward"]["verdict"] == "skipped" and not planted.exists()
-    assert "apis.yaml" in calls["Torch.save.0.forward"]["reason"]
+    assert "not a computation" in calls["Torch.save.0.forward"]["reason"]
     assert calls["Functional.linear.99.forward"]["verdict"] == "skipped"
     assert "no tensor file" in calls["Functional.linear.99.forward"]["reason"]
 
@@ -384,3 +384,18 @@ def test_an_answer_where_most_calls_were_skipped_says_so():
     assert "no call loses more precision" in line and "most calls could not be replayed" in line
     result["counts"], result["calls"] = {"pass": 5, "warning": 0, "error": 0, "skipped": 3}, calls[:3] * 2 + calls[3:6]
     assert "most calls" not in rank_line(0, None, result)
+
+
+def test_a_call_is_sized_on_the_meta_device_before_it_runs():
+    """A hostile dump's `x.repeat(100000, 100000)` recorded with a small output: its shapes are known without
+    memory, and a call whose shapes are not the recorded ones never runs."""
+    from msprobe_lite.acc_check.skips import never_replayed
+    from msprobe_lite.pytorch.replay import _meta_shapes
+
+    assert _meta_shapes(torch.Tensor.repeat, "repeat", [torch.ones(2, 3), 100000, 100000], {}) == [(200000, 300000)]
+    assert _meta_shapes(torch.zeros, "zeros", [10 ** 6, 10 ** 6], {"device": "cpu"}) == [(10 ** 6, 10 ** 6)]
+    assert _meta_shapes(torch.nonzero, "nonzero", [torch.ones(3)], {}) is None  # values decide: run to see
+    for prefix, api in (("Tensor", "set_device_address"), ("Primitive", "PyExecute"), ("Primitive", "ScalarSummary"),
+                        ("Tensor", "offload_file_path"), ("Torch", "save")):
+        assert never_replayed(prefix, api).startswith("not a computation"), api
+    assert never_replayed("Tensor", "add") is None and never_replayed("Tensor", "__setitem__") is None

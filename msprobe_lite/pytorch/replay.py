@@ -162,7 +162,10 @@ class TorchReplayer:
         if api in DROPOUTS:
             return self._dropout(func, args, kwargs, recorded)
         failure = None
+        wanted = [tuple(o.get("shape") or ()) for _, o in recorded if o is not None]
         for variant in _index_variants(api, args):
+            if _meta_shapes(func, api, variant, kwargs) not in (None, wanted):
+                continue  # not the recorded call: never run (a dump's `repeat(100000, 100000)` would fill memory)
             try:
                 result = func(*variant, **kwargs)
             except Exception as exc:  # noqa: BLE001 - any failure of the call is the reason it is skipped
@@ -170,8 +173,7 @@ class TorchReplayer:
                 continue
             if api == "__setitem__":
                 result = variant[0]  # x[i] = y records x, changed
-            if [tuple(t.shape) for t in tensors_in(result, _is_tensor)] == [tuple(o.get("shape") or ()) for _, o in
-                                                                           recorded if o is not None]:
+            if [tuple(t.shape) for t in tensors_in(result, _is_tensor)] == wanted:
                 return result
         if failure is not None:
             raise NotReplayable(f"the float64 replay raised {type(failure).__name__}: "
@@ -300,6 +302,22 @@ def _nudged(value, seed: int = 0):
         signs = torch.randint(0, 2, t.shape, generator=gen, dtype=torch.int8).to(t.dtype) * 2 - 1
         return t.detach() * (1 + NUDGE * signs)
     return _map_all(value, nudge)
+
+
+def _meta_shapes(func, api: str, args: list, kwargs: dict):
+    """The shapes of the call's tensor outputs, computed on the meta device (no memory, no values), or None
+    where the op has no meta kernel or its shapes depend on values (nonzero, unique)."""
+    meta_args, meta_kwargs = _map_all((args, kwargs), lambda t: t.to("meta"))
+    if "device" in meta_kwargs:
+        meta_kwargs["device"] = "meta"
+    try:
+        with torch.device("meta"):  # factory functions (zeros, full) too
+            result = func(*meta_args, **meta_kwargs)
+    except Exception:  # noqa: BLE001 - no meta kernel, a data-dependent shape: the call itself decides
+        return None
+    if api == "__setitem__":
+        result = meta_args[0]
+    return [tuple(t.shape) for t in tensors_in(result, _is_tensor)]
 
 
 def _map_all(value, fn):
