@@ -50,6 +50,9 @@ STANDARDS = {s.dtype: s for s in (
 BALANCE_LIMIT = 0.5
 BALANCE_MIN_ELEMENTS = 256
 BALANCE_MIN_MEAN_ULP = 0.5
+# The replay runs a second time with every floating input multiplied by 1 +- NUDGE (one float32 rounding, the
+# precision PyTorch's kernels compute 16- and 32-bit types in): how far the result moves is its sensitivity
+NUDGE = 2.0 ** -24
 # Integer and bool outputs must equal the replay's; a few flipped elements (a comparison of values within a
 # rounding of each other, an argmax between near-ties) is a warning, more than this fraction an error.
 FLIPPED_ERROR_FRACTION = 0.01

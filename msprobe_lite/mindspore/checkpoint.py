@@ -46,7 +46,7 @@ class ConversionReport:
         return out
 
 
-def _as_numpy(value) -> np.ndarray:
+def as_numpy(value) -> np.ndarray:
     if hasattr(value, "detach"):  # a torch tensor (bf16 has no numpy dtype: go through float32)
         value = value.detach().cpu()
         if str(value.dtype) == "torch.bfloat16":
@@ -105,7 +105,7 @@ def convert_state_dict(state_dict: dict, targets: dict, names: str = MAPPING,
         if source is None:
             report.missing.append(ms_name)
             continue
-        value = _as_numpy(state_dict[source])
+        value = as_numpy(state_dict[source])
         taken.add(source)
         if tuple(value.shape) != tuple(shape):
             report.mismatched.append((ms_name, tuple(shape), shown.get(source, source), tuple(value.shape)))

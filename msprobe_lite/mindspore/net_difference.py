@@ -36,6 +36,7 @@ from ..pytorch import seed as pt_seed
 from ..pytorch.debugger import PrecisionDebugger as PtDebugger
 from . import seed as ms_seed
 from .checkpoint import ConversionReport, convert_state_dict, load_into, load_name_map, prepare
+from .checkpoint import as_numpy as torch_numpy
 from .debugger import PrecisionDebugger as MsDebugger
 
 __all__ = ["NetDifferenceError", "NetDifferenceFinder", "get_weight_map"]
@@ -135,8 +136,7 @@ def _compare_mapping(report: ConversionReport) -> dict:
 # -- inputs -----------------------------------------------------------------------------------------------------
 def _as_numpy(value) -> np.ndarray:
     if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        return (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+        return torch_numpy(value)
     if isinstance(value, ms.Tensor):
         return (value.astype(ms.float32) if value.dtype == ms.bfloat16 else value).asnumpy()
     if isinstance(value, (np.ndarray, np.generic, int, float, bool)):

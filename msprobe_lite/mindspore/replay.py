@@ -16,11 +16,11 @@ import mindspore as ms
 
 from ..acc_check.arguments import Decoder, saved, tensor_objects
 from ..acc_check.judge import NotReplayable, Output
+from ..acc_check.standards import NUDGE
 from ..compare.pair import split_name
 from ..acc_check.skips import never_replayed
 from .api_capture import load_api_list
 
-NUDGE = 2.0 ** -24  # as the PyTorch replay: one float32 rounding of the inputs
 
 
 def _callables() -> dict:

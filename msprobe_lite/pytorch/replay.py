@@ -21,6 +21,7 @@ import torch
 
 from ..acc_check.arguments import Decoder, saved, tensor_objects
 from ..acc_check.judge import NotReplayable, Output
+from ..acc_check.standards import NUDGE
 from ..acc_check.skips import never_replayed
 from ..compare.pair import is_module, split_name
 from ..core.naming import counterpart
@@ -284,11 +285,6 @@ class TorchReplayer:
                          torch.autograd.grad([o for o, _ in pairs], inputs, [g for _, g in pairs], allow_unused=True)))
         return [found.get(id(leaves[i])) if found.get(id(leaves[i])) is not None
                 else torch.zeros(leaves[i].shape, dtype=torch.float64) for i in wanted]
-
-
-# The size of the nudge that measures a replay's sensitivity: float32's unit roundoff, what one rounding of an
-# intermediate result in float32 (the precision PyTorch's kernels compute 16-bit and 32-bit types in) moves it.
-NUDGE = 2.0 ** -24
 
 
 def _nudged(value, seed: int = 0):
