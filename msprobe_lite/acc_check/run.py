@@ -62,8 +62,8 @@ def rank_line(step, rank, result: dict) -> str:
     if c["skipped"] == len(result["calls"]):
         return f"[{place(step, rank)}] no call could be replayed ({counts}: the reasons are in {SUMMARY})"
     # most calls skipped (a MindSpore dump of primitives with attributes): no clean bill of health
-    few = f"; most calls could not be replayed: the reasons are in {SUMMARY}" if c["skipped"] > len(result["calls"]) / 2 \
-        else ""
+    few = f"; most calls could not be replayed: the reasons are in {SUMMARY}" \
+        if c["skipped"] > len(result["calls"]) / 2 else ""
     if first is None:
         return f"[{place(step, rank)}] no call loses more precision than its dtype explains ({counts}){few}"
     where = console.source_line(first)

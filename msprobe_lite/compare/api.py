@@ -820,29 +820,32 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
     bar = tensors.Progress("comparing step/rank pairs") if tty and len(inputs) > 1 else None
     before = {}  # rank -> the pair of its latest step
     named = {}   # rank -> (step, first divergence) of its latest step that had one
-    for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers,
-                                              scheduler):
-        if not _low_precision_drift(before.get(pair["rank"]), pair, detail["low_precision"], detail["departing"]):
-            _updated_between(before.get(pair["rank"]), pair)
-        _still_departing(named.get(pair["rank"]), pair, detail["departing"])
-        before[pair["rank"]] = (pair, detail["largest"])
-        if pair["first_divergence"]:
-            named[pair["rank"]] = (pair["first_divergence"].get("since_step", pair["step"]), pair["first_divergence"])
-        summary = summary or Summary(mode)
-        summary.pairs.append(pair)
-        summary.files += files
-        details.append(detail)
+    try:  # the answers buffered are said even when a later pair fails
+        for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers,
+                                                  scheduler):
+            if not _low_precision_drift(before.get(pair["rank"]), pair, detail["low_precision"], detail["departing"]):
+                _updated_between(before.get(pair["rank"]), pair)
+            _still_departing(named.get(pair["rank"]), pair, detail["departing"])
+            before[pair["rank"]] = (pair, detail["largest"])
+            first = pair["first_divergence"]
+            if first:
+                named[pair["rank"]] = (first.get("since_step", pair["step"]), first)
+            summary = summary or Summary(mode)
+            summary.pairs.append(pair)
+            summary.files += files
+            details.append(detail)
+            if bar:
+                bar.close()
+            if not quiet and explain:
+                console.say(console.explained(pair))
+            elif not quiet:
+                blocks.add(pair)
+            if bar:
+                bar(len(details), len(inputs))
+    finally:
         if bar:
             bar.close()
-        if not quiet and explain:
-            console.say(console.explained(pair))
-        elif not quiet:
-            blocks.add(pair)
-        if bar:
-            bar(len(details), len(inputs))
-    if bar:
-        bar.close()
-    blocks.close()
+        blocks.close()
     unused = set.intersection(*(set(p["mapping_unused"]) for p in summary.pairs))
     if unused and not quiet:
         close = {}

@@ -169,9 +169,9 @@ class Blocks:
 
     def close(self) -> None:
         if self._pair is not None:
-            ranks = self._ranks
-            where = None if len(ranks) == 1 else " ".join(filter(None, (
-                f"step {self._pair['step']}" if self._pair["step"] is not None else "", f"ranks {spans(sorted(ranks))}")))
+            step = self._pair["step"]
+            where = None if len(self._ranks) == 1 else \
+                " ".join(filter(None, (f"step {step}" if step is not None else "", f"ranks {spans(sorted(self._ranks))}")))
             say(block(self._pair, where))
         self._key, self._pair, self._ranks = None, None, []
 
