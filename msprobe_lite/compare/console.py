@@ -170,8 +170,8 @@ class Blocks:
     def close(self) -> None:
         if self._pair is not None:
             step = self._pair["step"]
-            where = None if len(self._ranks) == 1 else \
-                " ".join(filter(None, (f"step {step}" if step is not None else "", f"ranks {spans(sorted(self._ranks))}")))
+            ranks = f"ranks {spans(sorted(self._ranks))}"
+            where = None if len(self._ranks) == 1 else f"step {step} {ranks}" if step is not None else ranks
             say(block(self._pair, where))
         self._key, self._pair, self._ranks = None, None, []
 
