@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..compare.dtypes import bare
+
 
 @dataclass(frozen=True)
 class Standard:
@@ -58,16 +60,7 @@ NUDGE = 2.0 ** -24
 FLIPPED_ERROR_FRACTION = 0.01
 
 
-def plain_dtype(dtype: str) -> str:
-    """`torch.float32`, `Float32`, `mindspore.bfloat16` -> `float32`, `bfloat16`."""
-    key = str(dtype).lower()
-    for prefix in ("torch.", "mindspore.", "numpy."):
-        if key.startswith(prefix):
-            key = key[len(prefix):]
-    return {"half": "float16", "float": "float32", "double": "float64"}.get(key, key)
-
-
 def standard_of(dtype: str):
     """The Standard of a float dtype, or None (integer, bool, complex and 8-bit floats are not measured in
     ULPs)."""
-    return STANDARDS.get(plain_dtype(dtype))
+    return STANDARDS.get(bare(dtype))

@@ -22,6 +22,18 @@ _NAMES = frozenset((
     "none",  # a dtype that could not be read when the tensor was dumped (written as null)
 ))
 KNOWN: set = set()   # exact spellings already accepted (rows.Row looks here first)
+_ALIASES = {"half": "float16", "float": "float32", "double": "float64"}  # PyTorch's other names of float types
+
+
+def bare(dtype) -> str:
+    """A dtype's name in lower case without its framework's prefix: `torch.float32`, `Float32`,
+    `mindspore.float32`, `numpy.float32` -> `float32`; PyTorch's `half`, `float`, `double` as float16/32/64."""
+    key = str(dtype).lower()
+    for prefix in ("torch.", "mindspore.", "numpy."):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
+    return _ALIASES.get(key, key)
 
 
 def known_dtype(dtype: str, kind=None) -> bool:
@@ -29,12 +41,7 @@ def known_dtype(dtype: str, kind=None) -> bool:
     array's dtype may be any that numpy reads (`<U5`, `datetime64[ns]`)."""
     if dtype in KNOWN:
         return True
-    key = dtype.lower()
-    for prefix in ("torch.", "mindspore."):
-        if key.startswith(prefix):
-            key = key[len(prefix):]
-            break
-    ok = key in _NAMES or (kind == "numpy.ndarray" and _numpy_reads(dtype))
+    ok = bare(dtype) in _NAMES or (kind == "numpy.ndarray" and _numpy_reads(dtype))
     if ok and len(KNOWN) < 4096:
         KNOWN.add(dtype)
     return ok

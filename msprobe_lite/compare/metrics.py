@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import math
 
+from .dtypes import bare
+
 STATS = ("Max", "Min", "Mean", "Norm")
 # machine epsilon by dtype name, torch's and MindSpore's spellings alike
-_EPS = {"float64": 2.220446049250313e-16, "double": 2.220446049250313e-16, "float32": 1.1920928955078125e-07,
-        "float": 1.1920928955078125e-07, "float16": 9.765625e-04, "half": 9.765625e-04,
+_EPS = {"float64": 2.220446049250313e-16, "float32": 1.1920928955078125e-07, "float16": 9.765625e-04,
         "bfloat16": 7.8125e-03}
 CHUNK = 1 << 20
 
@@ -21,8 +22,7 @@ CHUNK = 1 << 20
 @functools.lru_cache(maxsize=256)
 def eps_of(dtype: str) -> float:
     """Machine epsilon of a float dtype name (`torch.bfloat16`, `BFloat16`, `float32`); 0 for exact types."""
-    key = dtype.lower().replace("torch.", "").replace("mindspore.", "")
-    return _EPS.get(key, 0.0)
+    return _EPS.get(bare(dtype), 0.0)
 
 
 def _num(v):
