@@ -57,6 +57,10 @@ def _compare(args: argparse.Namespace) -> int:
     tables = sum(f.endswith(".csv") for f in summary.files)
     rest = [os.path.basename(f) for f in summary.files if not f.endswith(".csv")]
     print(f"results in {args.output_path}: {tables} CSV table{'s' if tables != 1 else ''}, {', '.join(rest)}")
+    if summary.failed:  # said in their places: the others were compared and written
+        print(f"msprobe-lite compare: {len(summary.failed)} step/rank pair{'s' if len(summary.failed) > 1 else ''} "
+              f"could not be compared (said above, and in summary.json's \"failed\")", file=sys.stderr)
+        return 2
     return 1 if summary.nothing_paired else 0  # compared nothing: no evidence that the runs agree
 
 

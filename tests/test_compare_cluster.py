@@ -154,17 +154,27 @@ def test_a_cluster_compares_every_rank_as_the_local_run_does(dumps, cluster, sch
     assert "[step 0] across ranks: the runs parted on rank 1" in said
 
 
-def test_an_error_on_a_worker_reads_as_the_local_one(dumps, scheduler, tmp_path):
-    """A rank's unreadable dump.json: the worker's CompareError, type and words, as the local run raises it."""
-    target = tmp_path / "target"
-    shutil.copytree(dumps / "target", target)
-    (target / "step1" / "rank5" / "dump.json").write_text('{"task": "statistics", "data": {')
-    with pytest.raises(CompareError) as local:
-        compare(str(target), str(dumps / "golden"), str(tmp_path / "local"), quiet=True)
-    with pytest.raises(CompareError) as cluster:
-        compare(str(target), str(dumps / "golden"), str(tmp_path / "cluster"), quiet=True, scheduler=scheduler)
-    assert type(cluster.value) is CompareError and str(cluster.value) == str(local.value)
-    assert str(target / "step1" / "rank5" / "dump.json") in str(local.value)
+def test_a_damaged_rank_is_said_in_its_place_and_the_others_compared(dumps, scheduler, tmp_path, capsys):
+    """A rank's unreadable dump.json, locally and on a worker: that pair's one line where its answer would be,
+    every other pair compared, written and answered (rank 1's divergence included), summary.json's "failed"
+    naming it, exit 2."""
+    damaged = tmp_path / "dumps"
+    for side in ("target", "golden"):
+        shutil.copytree(dumps / side, damaged / side)
+    bad = damaged / "target" / "step1" / "rank5" / "dump.json"
+    bad.write_text('{"task": "statistics", "data": {')
+    runs = {}
+    for route, more in (("local", ()), ("cluster", ("--scheduler", scheduler))):
+        status, said, err = _run(damaged, tmp_path / route, capsys, *more)
+        runs[route] = (status, said, _summary(tmp_path / route))
+    assert runs["local"] == runs["cluster"]
+    status, said, summary = runs["local"]
+    assert status == 2 and "could not be compared" in err
+    (failed,) = summary["failed"]
+    assert (failed["step"], failed["rank"]) == (1, 5) and str(bad) in failed["error"]
+    assert f"[step 1 rank 5] not compared: {bad}: not valid JSON" in said.replace("\n    ", " ")
+    assert len(summary["pairs"]) == 2 * RANKS - 1 and "[step 0] across ranks: the runs parted on rank 1" in said
+    assert f"ranks 0, 2-{RANKS - 1} only received the difference" in said.replace("\n    ", " ")
 
 
 def _cli(dumps, tmp_path, address, **env) -> subprocess.CompletedProcess:

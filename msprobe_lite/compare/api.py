@@ -39,10 +39,11 @@ class Summary:
     # (step, rank) dumped by one side only, not compared: {"target": [{"step", "rank"}], "golden": [...]}
     not_compared: dict = field(default_factory=lambda: {"target": [], "golden": []})
     across_ranks: list = field(default_factory=list)  # judge.across_ranks: where a distributed run parted
+    failed: list = field(default_factory=list)  # {"step", "rank", "error"}: pairs that could not be compared
 
     def to_json(self) -> dict:
         return {"mode": self.mode, "pairs": self.pairs, "not_compared": self.not_compared,
-                "across_ranks": self.across_ranks}
+                "across_ranks": self.across_ranks, "failed": self.failed}
 
     @property
     def nothing_paired(self) -> bool:
@@ -662,9 +663,17 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                                        "tree": {m: target.parents.get(m) for m in modules}}
 
 
+class Failed(tuple):
+    """(step, rank, why) of a step/rank pair that could not be compared (a damaged dump): said in its place,
+    the others still compared. Only where there are several pairs: a lone pair's error is the command's."""
+
+
 def _one_in_worker(args):
     step, rank, t_path, g_path, output_dir, mapping, timestamp, xlsx = args
-    return compare_one(step, rank, t_path, g_path, output_dir, _load_mapping(mapping), timestamp, xlsx)
+    try:
+        return compare_one(step, rank, t_path, g_path, output_dir, _load_mapping(mapping), timestamp, xlsx)
+    except CompareError as exc:
+        return Failed((step, rank, str(exc)))
 
 
 def _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, show_progress, workers, scheduler=None):
@@ -685,8 +694,13 @@ def _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, show_progress
     workers = workers or os.cpu_count() or 1
     if len(inputs) == 1 or workers <= 1:
         for step, rank, t_path, g_path in inputs:
-            yield compare_one(step, rank, t_path, g_path, output_dir, rename, timestamp, xlsx, show_progress,
-                              workers)
+            try:
+                yield compare_one(step, rank, t_path, g_path, output_dir, rename, timestamp, xlsx, show_progress,
+                                  workers)
+            except CompareError as exc:
+                if len(inputs) == 1:
+                    raise
+                yield Failed((step, rank, str(exc)))
         return
     from concurrent.futures import ProcessPoolExecutor
 
@@ -820,9 +834,17 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
     bar = tensors.Progress("comparing step/rank pairs") if tty and len(inputs) > 1 else None
     before = {}  # rank -> the pair of its latest step
     named = {}   # rank -> (step, first divergence) of its latest step that had one
+    failed = []  # {"step", "rank", "error"} of the pairs that could not be compared
     try:  # the answers buffered are said even when a later pair fails
-        for mode, pair, files, detail in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers,
-                                                  scheduler):
+        for result in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers, scheduler):
+            if isinstance(result, Failed):
+                step, rank, why = result
+                failed.append({"step": step, "rank": rank, "error": why})
+                if not quiet:
+                    blocks.close()
+                    console.say(console.wrapped(f"not compared: {why}", first=f"[{place(step, rank)}] "))
+                continue
+            mode, pair, files, detail = result
             if not _low_precision_drift(before.get(pair["rank"]), pair, detail["low_precision"], detail["departing"]):
                 _updated_between(before.get(pair["rank"]), pair)
             _still_departing(named.get(pair["rank"]), pair, detail["departing"])
@@ -846,6 +868,10 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
         if bar:
             bar.close()
         blocks.close()
+    if summary is None:  # no pair could be compared: the first one's error is the command's
+        raise CompareError(f"{place(failed[0]['step'], failed[0]['rank'])}: {failed[0]['error']}"
+                           + (f" (and {len(failed) - 1} more step/rank pairs)" if len(failed) > 1 else ""))
+    summary.failed = failed
     unused = set.intersection(*(set(p["mapping_unused"]) for p in summary.pairs))
     if unused and not quiet:
         close = {}

@@ -14,7 +14,7 @@ import sys
 import textwrap
 
 from ..core.safety import FollowingHandler
-from .read import place
+from .read import place, spans
 from .report import console_line, nothing_paired, unread_files, users_frame
 
 WIDTH = 160
@@ -174,14 +174,3 @@ class Blocks:
             where = None if len(self._ranks) == 1 else f"step {step} {ranks}" if step is not None else ranks
             say(block(self._pair, where))
         self._key, self._pair, self._ranks = None, None, []
-
-
-def spans(numbers: list) -> str:
-    """`0-3, 5, 7-8` for [0, 1, 2, 3, 5, 7, 8]: runs of consecutive numbers joined."""
-    runs: list = []
-    for n in numbers:
-        if runs and n == runs[-1][1] + 1:
-            runs[-1][1] = n
-        else:
-            runs.append([n, n])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

@@ -392,6 +392,17 @@ def place(step, rank) -> str:
                                       f"rank {rank}" if rank is not None else "") if part) or "the dump"
 
 
+def spans(numbers: list) -> str:
+    """`0-3, 5, 7-8` for [0, 1, 2, 3, 5, 7, 8]: runs of consecutive numbers joined."""
+    runs: list = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def _places(found: list) -> str:
     return ", ".join(place(s, r) for s, r, _ in sorted(found, key=lambda i: (i[0] if i[0] is not None else -1,
                                                                               i[1] if i[1] is not None else -1)))

@@ -12,7 +12,7 @@ import re
 
 from ..core.paths import file_in_the_way, nearest_existing
 from ..core.writer import FILE_MODE, make_dirs, write_atomic, write_bytes_atomic
-from .read import place
+from .read import place, spans
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -233,7 +233,7 @@ def across_ranks_line(verdict: dict) -> str:
     """The step's verdict across ranks (judge.across_ranks), in one line."""
     parted, received = verdict["parted"], verdict["received"]
     where = f"[step {verdict['step']}] across ranks: "
-    got = ", ".join(f"rank {r}" for r in sorted(received))
+    got = f"rank {next(iter(received))}" if len(received) == 1 else f"ranks {spans(sorted(received))}"
     if parted:
         made = "; ".join(f"rank {r} ({name})" for r, name in sorted(parted.items()))
         return (f"{where}the runs parted on {made}; {got} only received the difference (DDP's all-reduce or a "
