@@ -399,3 +399,17 @@ def test_a_call_is_sized_on_the_meta_device_before_it_runs():
                         ("Tensor", "offload_file_path"), ("Torch", "save")):
         assert never_replayed(prefix, api).startswith("not a computation"), api
     assert never_replayed("Tensor", "add") is None and never_replayed("Tensor", "__setitem__") is None
+
+
+def test_memory_format_arguments_replay(tmp_path):
+    """AdamW's zeros_like(p, memory_format=torch.preserve_format): the argument comes back, the call replays."""
+    dbg = PrecisionDebugger(dump_path=str(tmp_path / "dump"), task="tensor", level="L1")
+    dbg.start()
+    torch.zeros_like(torch.ones(2, 3), memory_format=torch.preserve_format)
+    torch.ones(1, 2, 3, 3).contiguous(memory_format=torch.channels_last).mul(2)
+    dbg.stop()
+    dbg.step()
+    s = acc_check(str(tmp_path / "dump"), str(tmp_path / "out"), quiet=True)
+    verdicts = {c["name"]: (c["verdict"], c["reason"]) for c in s["calls"]}
+    assert verdicts["Torch.zeros_like.0.forward"][0] == "pass", verdicts
+    assert verdicts["Tensor.contiguous.0.forward"][0] == "pass", verdicts

@@ -48,7 +48,7 @@ class Decoder:
 
     `tensor(obj, label)`: the framework's tensor for a tensor object, widened for the replay; `dtype(text)`: the
     framework's dtype named `text` (widened when a float), None when unknown; `device`: what a device becomes;
-    `types`: {type name: value -> argument} for the framework's own types (torch.Size)."""
+    `types`: {type name: recorded object -> argument} for the framework's own types (torch.Size)."""
 
     def __init__(self, tensor, dtype, device=None, types=None):
         self.tensor, self.dtype, self.device, self.types = tensor, dtype, device, dict(types or {})
@@ -70,7 +70,7 @@ class Decoder:
         if kind == "ellipsis":
             return Ellipsis
         if kind in self.types:
-            return self.types[kind](v.get("value"))
+            return self.types[kind](v)
         if isinstance(kind, str) and kind.endswith(".dtype"):
             dtype = self.dtype(str(v.get("value")))
             if dtype is None:

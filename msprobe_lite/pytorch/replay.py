@@ -83,6 +83,14 @@ def _fingerprint(obj: dict) -> tuple:
     return tuple(str(obj.get(k)) for k in ("dtype", "shape", "Max", "Min", "Mean", "Norm"))
 
 
+def _memory_format(obj: dict):
+    """`{"type": "torch.memory_format", "format": "channels_last"}` back into torch.channels_last."""
+    value = getattr(torch, str(obj.get("format")), None)
+    if not isinstance(value, torch.memory_format):
+        raise NotReplayable(f"unknown memory format {obj.get('format')!r}")
+    return value
+
+
 def _is_tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
 
@@ -114,7 +122,8 @@ class TorchReplayer:
         self.dump = dump
         self.loader = _Loader(dump)
         self.decode = Decoder(lambda obj, label: _wide(self.loader.tensor(obj, label)), _dtype, torch.device("cpu"),
-                              {"torch.Size": torch.Size}).value
+                              {"torch.Size": lambda v: torch.Size(v.get("value")),
+                               "torch.memory_format": _memory_format}).value
         self._uses = None
         self._dropout_hint = None
 
