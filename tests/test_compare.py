@@ -776,10 +776,10 @@ def test_an_argument_passed_by_one_run_only_is_named_as_a_setting(tmp_path):
     golden = _train_gelu_mlp(tmp_path / "golden")
     s = run(_train_gelu_mlp(tmp_path / "tanh", approximate="tanh"), golden, tmp_path / "out")
     assert [p["first_divergence"]["name"] for p in s.pairs] == ["Functional.gelu.0.forward"] * 3
-    assert all("argument input.approximate differs: 'tanh' vs not passed" in p["first_divergence"]["reason"]
+    assert all("argument input.approximate differs: target 'tanh', golden not passed" in p["first_divergence"]["reason"]
                for p in s.pairs)
     s = run(golden, _train_gelu_mlp(tmp_path / "tanh2", approximate="tanh"), tmp_path / "out2")  # the other way
-    assert all("differs: not passed vs 'tanh'" in p["first_divergence"]["reason"] for p in s.pairs)
+    assert all("differs: target not passed, golden 'tanh'" in p["first_divergence"]["reason"] for p in s.pairs)
     # the default passed explicitly: said, and no call introduces a divergence (the numbers are the same)
     s = run(_train_gelu_mlp(tmp_path / "none", approximate="none"), golden, tmp_path / "out3")
     assert all(p["first_divergence"] is None and p["counts"]["error"] == 0 and p["counts"]["warning"] >= 1
@@ -859,7 +859,7 @@ def test_two_keywords_of_equal_value_are_two_settings(tmp_path):
 
     (pair,) = run(dump(tmp_path / "t", min=0.0), dump(tmp_path / "g", max=0.0), tmp_path / "out").pairs
     reason = pair["first_divergence"]["reason"]
-    assert "argument input.min differs: 0.0 vs not passed" in reason and "input.max differs: not passed" in reason
+    assert "argument input.min differs: target 0.0, golden not passed" in reason and "input.max differs: target not passed" in reason
 
 
 def test_an_argument_passed_by_position_in_one_run_and_by_keyword_in_the_other_is_the_same(tmp_path):
@@ -1267,7 +1267,7 @@ def test_a_planted_change_is_named_at_every_step_after_the_weights_drift(tmp_pat
     golden = _train_transformer(tmp_path / "golden")
     s = run(_train_transformer(tmp_path / "eps", ln_eps=1e-2), golden, tmp_path / "out")
     assert [p["first_divergence"]["name"] for p in s.pairs] == ["Functional.layer_norm.3.forward"] * 3
-    assert all("input.eps differs: 0.01 vs 1e-05" in p["first_divergence"]["reason"] for p in s.pairs)
+    assert all("input.eps differs: target 0.01, golden 1e-05" in p["first_divergence"]["reason"] for p in s.pairs)
     s = run(_train_transformer(tmp_path / "tanh", gelu="tanh"), golden, tmp_path / "out_tanh")
     assert [p["first_divergence"]["name"] for p in s.pairs] == ["Functional.gelu.0.forward"] * 3
     s = run(_train_transformer(tmp_path / "same"), golden, tmp_path / "out_same")
@@ -1649,7 +1649,7 @@ def test_with_outputs_left_out_a_changed_setting_is_named(tmp_path, level):
     (pair,) = run(target, golden, tmp_path / "out").pairs
     first = pair["first_divergence"]
     assert first["name"] == "Functional.layer_norm.0.forward", first
-    assert "(outputs not dumped)" in first["reason"] and "argument input.eps differs: 0.5 vs 1e-05" in first["reason"]
+    assert "(outputs not dumped)" in first["reason"] and "argument input.eps differs: target 0.5, golden 1e-05" in first["reason"]
 
 
 def test_with_outputs_left_out_the_first_call_whose_inputs_differ_blames_what_ran_before(tmp_path):

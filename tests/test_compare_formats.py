@@ -104,9 +104,9 @@ def test_a_process_group_is_a_row_compared_by_its_ranks(tmp_path):
                   tmp_path / "out").pairs
     group, op, memory = rows_of(pair)
     assert group["NPU Name"] == "Distributed.barrier.0.forward.input.0" and group["NPU Dtype"] == "torch.ProcessGroup"
-    assert group["Result"] == "warning" and "differs: [0, 1] vs [0, 2]" in group["Err_message"]
-    assert "differs: 'RedOpType.SUM' vs 'RedOpType.MAX'" in op["Err_message"]
-    assert "differs: 'contiguous_format' vs 'channels_last'" in memory["Err_message"]
+    assert group["Result"] == "warning" and "differs: target [0, 1], golden [0, 2]" in group["Err_message"]
+    assert "differs: target 'RedOpType.SUM', golden 'RedOpType.MAX'" in op["Err_message"]
+    assert "differs: target 'contiguous_format', golden 'channels_last'" in memory["Err_message"]
 
 
 # -- unreadable files: one DumpError naming the file, never a traceback from deep inside ------------------

@@ -370,7 +370,7 @@ class _MsTransposed(nn.Cell):
 @pytest.mark.parametrize("level", ["L1", "mix"])
 def test_mindsporess_transpose_by_permutation_is_pytorchs_two_axis_transpose(tmp_path, level, monkeypatch):
     """`x.transpose(0, 2, 1)` in MindSpore is `x.transpose(1, 2)` in PyTorch: paired, and their axis arguments
-    (a permutation, two axes) are no difference ("argument input.1 differs: 0 vs 1" on a clean port)."""
+    (a permutation, two axes) are no difference ("argument input.1 differs: target 0, golden 1" on a clean port)."""
     monkeypatch.setitem(demo.NETWORKS, "transposed", (_PtTransposed, _MsTransposed, (2, 4, 5)))
     ms_dump, pt_dump = dump_both(tmp_path, "transposed", level=level)
     (p,) = compare(str(ms_dump), str(pt_dump), str(tmp_path / "out"), quiet=True).pairs

@@ -178,8 +178,8 @@ def _passed_by_one_run(t_only: list, g_only: list, arguments: list, base: str = 
         if twin is not None:
             left.remove(twin)
         else:
-            arguments.append(f"argument {suffix.lstrip('.')} differs: {_value(row.obj)!r} vs not passed")
-    arguments.extend(f"argument {suffix.lstrip('.')} differs: not passed vs {_value(row.obj)!r}"
+            arguments.append(f"argument {suffix.lstrip('.')} differs: target {_value(row.obj)!r}, golden not passed")
+    arguments.extend(f"argument {suffix.lstrip('.')} differs: target not passed, golden {_value(row.obj)!r}"
                      for suffix, row in left)
     return len(t_only) != len(g_only) or bool(left)
 
@@ -469,7 +469,7 @@ class Judge:
                     problems = []  # finfo(dtype).min of each run's own dtype: the same argument
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
-                                     f"{_value(t_row.obj)!r} vs {_value(g_row.obj)!r}")
+                                     f"target {_value(t_row.obj)!r}, golden {_value(g_row.obj)!r}")
                     argument_err = max(argument_err, err)
                     setting = setting or _a_setting(_value(t_row.obj)) or _a_setting(_value(g_row.obj))
                     problems = []
