@@ -96,9 +96,9 @@ def _verdict(pair: dict):
     if fd is not None:
         return f"first divergence: {fd['name']}", fd
     if extra:
-        return f"no divergent call found; a call only in the target: {extra['name']}", extra
+        return f"the runs part at a call only in the target: {extra['name']}", extra
     if lost:
-        return f"no divergent call found; a call only in the golden: {lost['name']}", lost
+        return f"the runs part at a call only in the golden (the target does not make it): {lost['name']}", lost
     for key, words in (("first_error", "first error: "), ("first_seen", "first difference seen in the inputs of "),
                        ("first_warning", "first warning: ")):
         if pair.get(key):

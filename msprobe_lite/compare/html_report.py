@@ -77,9 +77,12 @@ def write_html(path: str, summary: dict, details: list) -> None:
 def _section(where: str, d: dict) -> str:
     p = d["pair"]
     parts = [f"<h2>{html.escape(where)}</h2><div class='answer'>{html.escape(console_line(p))}</div>"]
+    shown = set()  # a call named twice (first seen and first warning) is shown once, under its first heading
     for key, heading in _FOUND:
         found = p.get(key)
-        if found and not (key in ("first_error", "first_seen", "first_warning") and p["first_divergence"]):
+        if found and found["name"] not in shown and \
+                not (key in ("first_error", "first_seen", "first_warning") and p["first_divergence"]):
+            shown.add(found["name"])
             parts.append(_found(heading, found, d.get("rows", {}).get(found["name"])))
     parts.append("<h3>Output error along execution order</h3>" + _plot(d["errors"], d.get("first_at")))
     if d["modules"]:
