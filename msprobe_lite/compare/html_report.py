@@ -13,7 +13,8 @@ import math
 
 from ..core.writer import write_atomic
 from .read import place
-from .report import across_ranks_line, console_line, users_frame
+from .console import block
+from .report import across_ranks_line, users_frame
 
 CALL_COLUMNS = ("NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
                 "NPU max", "Bench max", "NPU min", "Bench min", "NPU mean", "Bench mean", "NPU l2norm",
@@ -76,7 +77,8 @@ def write_html(path: str, summary: dict, details: list) -> None:
 
 def _section(where: str, d: dict) -> str:
     p = d["pair"]
-    parts = [f"<h2>{html.escape(where)}</h2><div class='answer'>{html.escape(console_line(p))}</div>"]
+    # the console's verdict block; the whole reasoning is in the tables below
+    parts = [f"<h2>{html.escape(where)}</h2><div class='answer'>{html.escape(block(p))}</div>"]
     shown = set()  # a call named twice (first seen and first warning) is shown once, under its first heading
     for key, heading in _FOUND:
         found = p.get(key)
@@ -127,7 +129,7 @@ def _tensors(call: str, rows: list) -> str:
                                                   "norm rel. err", "result"))
     out = [f"<table class='tensors'><tr>{head}</tr>"]
     for row in rows:
-        cls = row.get("Result") if row.get("Result") in ("error", "warning") else ""
+        cls = row.get("Result") if row.get("Result") in ("error", "warning") and _differs(row) else ""
         name, bench = _within(call, row.get("NPU Name")), _within(call, row.get("Bench Name"))
         label = html.escape(name or bench) + (f"<br><small>golden: {html.escape(bench)}</small>"
                                               if name and bench and bench != name else "")
@@ -138,6 +140,16 @@ def _tensors(call: str, rows: list) -> str:
     out.append("</table><p class='legend'>each cell: the target's value over <span class='golden'>the golden's"
                "</span></p>")
     return "".join(out)
+
+
+def _differs(row: dict) -> bool:
+    """Whether a row itself differs: its relative errors, or its values where it has none. A row takes its
+    call's result (the table's format); the colour marks only the rows that differ (the inputs that agree with
+    a call that erred stay white)."""
+    errors = [row.get(c) for c in ("MaxRelativeErr", "NormRelativeErr") if isinstance(row.get(c), (int, float))]
+    if errors:
+        return any(e != 0 for e in errors)
+    return row.get("NPU max") != row.get("Bench max") or row.get("NPU Dtype") != row.get("Bench Dtype")
 
 
 def _within(call: str, name) -> str:
