@@ -1048,6 +1048,8 @@ def test_fp32_against_bf16_at_module_level_names_no_call(tmp_path, level):
     s = run(train(tmp_path / "bf16", torch.bfloat16), train(tmp_path / "fp32", torch.float32), tmp_path / "out")
     assert all(p["first_divergence"] is None and p["first_seen"] is None and p["counts"]["error"] == 0
                for p in s.pairs), [p["first_divergence"] for p in s.pairs]
+    # said, so that a user sees bf16 took effect and was judged at its rounding
+    assert all("one run computes in bf16, the other finer" in p["note"] for p in s.pairs)
 
 
 @pytest.mark.parametrize("selection", [{"list": ["mlp"]}, {"data_mode": ["output"]}, {"data_mode": ["input"]},
