@@ -447,7 +447,6 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     pairs = pair_records(target, golden, rename_t, rename_g, by_parent, across)
     if across:
         pairs = join_runs(pairs, target, golden)
-    if across:
         note = "; ".join(filter(None, [_classes_differ(pairs, t_names, g_names), note])) or None
     measured = _measure_tensors(pairs, target, golden, workers, show_progress) if mode == "tensor" else {}
     judge = Judge(mode, _tensor_measurer(measured), *_row_tails(t_names, g_names),
@@ -841,6 +840,8 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
     failed = []  # {"step", "rank", "error"} of the pairs that could not be compared
     try:  # the answers buffered are said even when a later pair fails
         for result in _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, tty, workers, scheduler):
+            if bar:
+                bar.close()
             if isinstance(result, Failed):
                 step, rank, why = result
                 failed.append({"step": step, "rank": rank, "error": why})
@@ -860,14 +861,12 @@ def _compare_all(inputs, left, output_dir, xlsx, html, mapping, rename, quiet, w
             summary.pairs.append(pair)
             summary.files += files
             details.append(detail)
-            if bar:
-                bar.close()
             if not quiet and explain:
                 console.say(console.explained(pair))
             elif not quiet:
                 blocks.add(pair)
             if bar:
-                bar(len(details), len(inputs))
+                bar(len(details) + len(failed), len(inputs))
     finally:
         if bar:
             bar.close()
