@@ -43,6 +43,19 @@ def tensor_objects(value, label: str) -> list:
     return out
 
 
+def map_tensors(value, is_tensor, fn):
+    """`value` with fn(tensor) in place of each tensor, through lists, tuples and dicts (a replay's arguments)."""
+    if is_tensor(value):
+        return fn(value)
+    if isinstance(value, list):
+        return [map_tensors(v, is_tensor, fn) for v in value]
+    if isinstance(value, tuple):
+        return tuple(map_tensors(v, is_tensor, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: map_tensors(v, is_tensor, fn) for k, v in value.items()}
+    return value
+
+
 class Decoder:
     """Recorded values (docs/format.md "Other values") back into arguments.
 

@@ -14,10 +14,11 @@ import inspect
 import numpy as np
 import mindspore as ms
 
-from ..acc_check.arguments import Decoder, saved, tensor_objects
+from ..acc_check.arguments import Decoder, map_tensors, saved, tensor_objects
 from ..acc_check.judge import NotReplayable, Output
 from ..acc_check.standards import NUDGE
 from ..compare.pair import split_name
+from ..core.values import tensors_in
 from ..acc_check.skips import never_replayed
 from .api_capture import load_api_list
 
@@ -41,6 +42,10 @@ def _takes_nothing(cls) -> bool:
         return list(inspect.signature(cls.__init__).parameters) == ["self"]
     except (TypeError, ValueError):
         return False
+
+
+def _is_tensor(value) -> bool:
+    return isinstance(value, ms.Tensor)
 
 
 def _is_float(dtype_text: str) -> bool:
@@ -95,7 +100,7 @@ class MindSporeReplayer:
         for values in ((args, kwargs), _nudged((args, kwargs))):
             try:
                 # asnumpy() waits for the kernel: its failure is this call's, not the next one's
-                results.append([t.asnumpy() for t in _tensors(func(*values[0], **values[1]))])
+                results.append([t.asnumpy() for t in tensors_in(func(*values[0], **values[1]), _is_tensor)])
             except Exception as exc:  # noqa: BLE001 - a kernel without float64 on CPU, or arguments it refuses
                 raise NotReplayable(f"the float64 replay raised {type(exc).__name__}: "
                                     f"{' '.join(str(exc).split())[:200]}") from None
@@ -112,29 +117,13 @@ class MindSporeReplayer:
         return out
 
 
-def _tensors(value) -> list:
-    if isinstance(value, ms.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
-
 def _nudged(value, seed: int = 0):
     """A copy of `value` whose float64 tensors are each multiplied by 1 +- NUDGE (random signs, seeded)."""
     rng = np.random.default_rng(seed)
 
-    def walk(v):
-        if isinstance(v, ms.Tensor):
-            a = v.asnumpy()
-            if a.dtype.kind != "f":
-                return v
-            return ms.Tensor(a * (1 + NUDGE * (rng.integers(0, 2, a.shape) * 2 - 1)))
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        if isinstance(v, tuple):
-            return tuple(walk(x) for x in v)
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        return v
-    return walk(value)
+    def nudge(t):
+        a = t.asnumpy()
+        if a.dtype.kind != "f":
+            return t
+        return ms.Tensor(a * (1 + NUDGE * (rng.integers(0, 2, a.shape) * 2 - 1)))
+    return map_tensors(value, _is_tensor, nudge)

@@ -19,7 +19,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from ..acc_check.arguments import Decoder, saved, tensor_objects
+from ..acc_check.arguments import Decoder, map_tensors, saved, tensor_objects
 from ..acc_check.judge import NotReplayable, Output
 from ..acc_check.standards import NUDGE
 from ..acc_check.skips import never_replayed
@@ -279,7 +279,7 @@ class TorchReplayer:
         made = {id(t): t.detach().requires_grad_() for i, t in enumerate(leaves)
                 if i in want and (t.is_floating_point() or t.is_complex())}
         # the call gets clones: an in-place op may not write a leaf that requires grad
-        args, kwargs = _map_tensors(args, made), _map_tensors(kwargs, made)
+        args, kwargs = _with_leaves(args, made), _with_leaves(kwargs, made)
         recorded_outputs = tensor_objects(forward.get("output"), "output")
         with torch.enable_grad():
             outs = tensors_in(self._run(forward_name, api, args, kwargs, recorded_outputs), _is_tensor)
@@ -306,13 +306,13 @@ def _nudged(value, seed: int = 0):
             return t.clone()
         signs = torch.randint(0, 2, t.shape, generator=gen, dtype=torch.int8).to(t.dtype) * 2 - 1
         return t.detach() * (1 + NUDGE * signs)
-    return _map_all(value, nudge)
+    return map_tensors(value, _is_tensor, nudge)
 
 
 def _meta_shapes(func, api: str, args: list, kwargs: dict):
     """The shapes of the call's tensor outputs, computed on the meta device (no memory, no values), or None
     where the op has no meta kernel or its shapes depend on values (nonzero, unique)."""
-    meta_args, meta_kwargs = _map_all((args, kwargs), lambda t: t.to("meta"))
+    meta_args, meta_kwargs = map_tensors((args, kwargs), _is_tensor, lambda t: t.to("meta"))
     if "device" in meta_kwargs:
         meta_kwargs["device"] = "meta"
     try:
@@ -325,22 +325,9 @@ def _meta_shapes(func, api: str, args: list, kwargs: dict):
     return [tuple(t.shape) for t in tensors_in(result, _is_tensor)]
 
 
-def _map_all(value, fn):
-    """`value` with fn(tensor) for each tensor in it, through lists, tuples and dicts."""
-    if isinstance(value, torch.Tensor):
-        return fn(value)
-    if isinstance(value, list):
-        return [_map_all(v, fn) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_map_all(v, fn) for v in value)
-    if isinstance(value, dict):
-        return {k: _map_all(v, fn) for k, v in value.items()}
-    return value
-
-
-def _map_tensors(value, wanted: dict):
+def _with_leaves(value, wanted: dict):
     """`value` with each tensor in `wanted` (by id) replaced by a clone of its leaf."""
-    return _map_all(value, lambda t: wanted[id(t)].clone() if id(t) in wanted else t)
+    return map_tensors(value, _is_tensor, lambda t: wanted[id(t)].clone() if id(t) in wanted else t)
 
 
 def _array(t: torch.Tensor) -> np.ndarray:
