@@ -196,8 +196,13 @@ class Debugger:
         if self.modules is not None:
             self.modules.end_step()
         if self.session.finished:
-            if self.modules is not None:
-                self.modules.detach()
-            if self.apis is not None:
-                self.apis.remove()
+            self.release()
             log.info("last selected step dumped: hooks removed, nothing more is collected")
+
+    def release(self) -> None:
+        """Take the hooks off the model and the API capture out, for good: after the last selected step, or
+        when a program built on the debugger (NetDifferenceFinder) ends its run early."""
+        if self.modules is not None:
+            self.modules.detach()
+        if self.apis is not None:
+            self.apis.remove()

@@ -279,10 +279,7 @@ def _removed_on_failure(debugger):
     except BaseException:
         with contextlib.suppress(Exception):
             debugger.stop()
-        if debugger.modules is not None:
-            debugger.modules.detach()
-        if debugger.apis is not None:
-            debugger.apis.remove()
+        debugger.release()
         raise
 
 
