@@ -5,23 +5,19 @@ import contextlib
 import difflib
 import gc
 import json
-import math
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 
-from ..core.naming import counterpart
 from ..core.writer import write_atomic
-from . import console, html_report, nonfinite, report, tensors
+from . import console, html_report, report, sequence, tensors
 from .frameworks import class_free, module_class, namespace_free, translations
-from .judge import (AMPLIFICATION, ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, Judge, across_ranks,
-                    files_only, record_eps, same_dtype)
+from .judge import AMPLIFICATION, ERROR, PASS, WARNING, Judge, across_ranks, record_eps, same_dtype
 from .metrics import eps_of
-from .pair import dtype_kind, is_module, pair_records, split_name
+from .pair import is_module, pair_records, split_name
 from .runs import join_runs
 from .read import DumpError, load_dump, pair_inputs, place, resolve
-from .rows import INPUT, OUTPUT, params_grad_owner
 
 
 CSV_BACKGROUND_MIN = 20000   # record pairs from which the table is written by a second process
@@ -64,7 +60,7 @@ def _mode(target, golden) -> str:
 
 def _load_mapping(path):
     if path is None:
-        return lambda n: n
+        return _as_is
     import yaml
 
     from ..core.small_file import SmallFileError, read_small_text
@@ -132,36 +128,6 @@ def _measure_tensors(pairs, target, golden, workers: int, show_progress: bool) -
             bar.close()
 
 
-def _place(name: str) -> str:
-    """The record whose stack and parents say where `name` happened in the code: a backward call's forward
-    call; a module's parameter gradients' first call of the module (they are summed over its calls)."""
-    owner = params_grad_owner(name)
-    return f"{owner}.forward.0" if owner else counterpart(name)
-
-
-def _module_of(dump, name):
-    parent = dump.parents.get(name)
-    if is_module(name):
-        return name
-    return parent if isinstance(parent, str) else None
-
-
-def _upstream(name: str, seen_err: dict) -> float:
-    """What a record depends on besides its own inputs: a backward call depends on its forward call's
-    inputs; parameter gradients depend on every call of their module."""
-    base, direction, index = split_name(name)
-    if direction == "backward":
-        return seen_err.get((base, "forward", index), 0.0)
-    owner = params_grad_owner(name)
-    if owner:  # a module never called itself (its weight used directly): all so far
-        return seen_err.get(owner, seen_err.get("*", 0.0))
-    return 0.0
-
-
-def _one_line(frames: list) -> str:
-    return " | ".join(f.replace(", \n ", ": ") for f in frames)
-
-
 def _inner_eps(pairs, target, golden) -> dict:
     """record -> the coarsest precision of it and of every call made inside it (via construct.json)."""
     eps: dict = {}
@@ -212,32 +178,6 @@ def _other_place(target_path: str, golden_path: str):
             for what, t, g in (("steps", t_step, g_step), ("ranks", t_rank, g_rank))
             if t is not None and g is not None and t != g]
     return "; ".join(said) or None
-
-
-def _changes_numbers(dump, name: str) -> bool:
-    """Whether a call could make two runs' numbers part if one left it out: not one on integers only (a
-    counter: BatchNorm's num_batches_tracked += 1), nor one whose every output has the statistics of one of
-    its inputs (a copy or a view: `.contiguous()`, `.clone()`, `.detach()`, a reshape, dropout in eval), which
-    a port may drop without changing a value."""
-    tensors = [row for row in dump.rows(name) if row.is_tensor]
-    if not any(dtype_kind(row.dtype) == "float" for row in tensors):
-        return False
-    given = [row for row in tensors if row.role == INPUT]
-    made = [row for row in tensors if row.role == OUTPUT]
-    return not made or not given or any(not any(_same_values(o, i) for i in given) for o in made)
-
-
-def _same_values(a, b) -> bool:
-    """Statistics of one tensor's values, read in another order or layout: Max and Min equal, Mean and Norm
-    within their summation's rounding (a transposed tensor and its contiguous copy sum in other orders)."""
-    x, y = a.obj, b.obj
-    if a.dtype != b.dtype or x.get("Max") != y.get("Max") or x.get("Min") != y.get("Min"):
-        return False
-    try:
-        scale, tol = max(abs(x["Max"]), abs(x["Min"])), TOLERANCE_EPS * eps_of(a.dtype)
-        return abs(x["Mean"] - y["Mean"]) <= tol * scale and abs(x["Norm"] - y["Norm"]) <= tol * abs(y["Norm"])
-    except (KeyError, TypeError):  # md5 mode, statistics not taken: equal Max and Min are all there is
-        return x == y
 
 
 def _row_tails(t_names, g_names) -> tuple:
@@ -324,39 +264,6 @@ def _as_is(name):
     return name
 
 
-def _left_out_by_level(name: str, target_level: str, golden_level: str) -> bool:
-    """A record of a kind that the other dump's level does not record: a module's against an L1 dump, an
-    API call's against an L0 one. Unmatched by design (see _levels), not a call added in the target."""
-    other = golden_level if target_level == "mix" else None
-    return (other == "L1" and is_module(name)) or (other == "L0" and not is_module(name))
-
-
-def _forward_pass_bounded(dump) -> bool:
-    """Whether the forward pass's API calls can be told from the optimizer's: a backward record marks where
-    the forward pass ends. A dump without one (data_mode ["forward"]) of a run that trains (a tensor requires
-    grad) holds the optimizer's calls with nothing before them to say so, and their inputs are gradients."""
-    if any(split_name(name)[1] == "backward" for name in dump.records):
-        return True
-    return not any(_requires_grad(record) for record in dump.records.values())
-
-
-def _requires_grad(value) -> bool:
-    if isinstance(value, dict):
-        return value.get("requires_grad") is True or any(_requires_grad(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_requires_grad(v) for v in value)
-    return False
-
-
-def _unpaired_forward(pair, target_level: str, golden_level: str) -> bool:
-    """A forward call of either dump that paired with nothing, other than one the other level never records."""
-    if pair.target and pair.golden:
-        return False
-    name, mine, other = (pair.target, target_level, golden_level) if pair.target else \
-        (pair.golden, golden_level, target_level)
-    return split_name(name)[1] == "forward" and not _left_out_by_level(name, mine, other)
-
-
 def _levels(target_level: str, golden_level: str) -> tuple:
     """(note, by_parent): what a compare of dumps of two levels pairs, in words for the answer line (None for
     one level), and whether calls pair within their parent modules (an L1 dump keeps none). L0 records
@@ -406,19 +313,6 @@ def _values_in_both(target, golden) -> None:
                            f"to compare (expected dumps of task statistics or tensor)")
 
 
-def _nonfinite_origin(verdict, target, name, step, follows: bool, forward_pass: bool) -> None:
-    """The step's first NaN/Inf that only the target holds decides (compare/nonfinite.py): a forward call
-    taking it as an input, made by no earlier call, is where it came in (a weight: the first divergence;
-    input data: the first error); a call after it that makes NaN/Inf from finite inputs only follows from it."""
-    if follows:
-        verdict.introduced = verdict.introduced and not verdict.nonfinite_out
-    elif verdict.nonfinite_in and forward_pass:
-        reason, weight = nonfinite.origin(target, name, verdict.nonfinite_in, step)
-        verdict.introduced = weight
-        verdict.result = ERROR
-        verdict.reasons = [reason]
-
-
 MD5_ACROSS = ("md5 not compared across frameworks (their kernels are not bitwise the same): judged by the "
               "statistics; dump with summary_mode statistics")
 
@@ -456,214 +350,46 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"
     csv_path = os.path.join(output_dir, f"compare_result_{tag}_{timestamp}.csv")
     sink = report.CsvSink(csv_path, judge.columns, background=workers > 1 and len(pairs) >= CSV_BACKGROUND_MIN)
-    rows, errors, modules = [], [], {}   # rows: kept only for the .xlsx
-    seen_err: dict = {}   # input error of calls already judged: backward records depend on them
-    # module record -> the largest input difference of the calls made inside it so far (recorded before it):
-    # its own parameters are in its record, those of its children are not, and drift there explains it
-    inside: dict = {}
-    counts = {PASS: 0, WARNING: 0, ERROR: 0, "unmatched_target": 0, "unmatched_golden": 0}
-    departing = {}  # model call -> (input, output difference): outputs beyond ten times their inputs'
-    largest = 0.0   # the largest output difference of the model's calls (not the updates after the backward)
-    named_rows = {}  # call named by the answer -> its rows, for report.html
-    first_at = None  # the first divergence's place in `errors`
-    first = extra = None  # extra: the first call only in the target, when it comes before any divergence
-    # missing_call: the first forward call only in the golden before any divergence that the target left out:
-    # between two paired forward calls, with no call only in the target in that gap (one there replaced it: a
-    # MindSpore port runs nn.Dense as MatMul and BiasAdd where PyTorch runs one linear). A filtered target
-    # leaves many out (a `list`), or only around its range (a `scope`): named only when at most a tenth of the
-    # paired forward calls (or 3) are left out so in all
-    missing_call, left_out, paired_forward = None, 0, 0
-    gap, gap_clean = [], True  # the golden-only forward calls since the last paired one; none only in the target
-    # the target-only forward calls since the last paired one: across frameworks, where API calls that do not pair
-    # are routine, they are named only when the very next call's inputs are the first to differ (a port's extra op)
-    t_gap = []
-    first_error = None    # the first error of any kind: said when no call introduced a divergence
-    first_warning = None  # the first warning (an amplification): said when nothing above is
-    first_seen = None     # the first call whose inputs differ more than earlier outputs explain: said after that
-    # the largest output (input) difference of the calls of each direction judged so far
-    out_seen, in_seen = {"forward": 0.0, "backward": 0.0}, {"forward": 0.0, "backward": 0.0}
-    unpaired_before = 0   # forward calls of either dump so far that paired with nothing (not by design)
-    backward_begun = False  # a backward record came: later forward calls are the optimizer's and the like
-    apis_asked = _forward_pass_bounded(target)
-    # module record -> out_seen["forward"] when the first call inside it was judged (mix: its calls come before it);
-    # what explains a module's inputs and parameters is what ran before it, not inside it
-    before_inside: dict = {}
-    grad_inputs: dict = {}  # module -> (largest magnitude, largest size, coarsest eps) of its backward records' inputs
-    # a part that data_mode left out of either dump: what stands in for it is what the earlier calls of the same
-    # direction hold. Inputs not dumped: the largest output difference of the calls before (their outputs are
-    # what later calls take); outputs not dumped: the largest input difference of the calls before
-    held = target.roles() & golden.roles()
-    missing = None if not held or held == {INPUT, OUTPUT} else "inputs" if INPUT not in held else "outputs"
-    bar = tensors.Progress("judging calls") if show_progress else None
-    nonfinite_first = None  # the first record that took or made NaN/Inf where the golden's is finite
-    for i, pair in enumerate(pairs):
-        # a backward record's place in the code is its forward call's
-        stack = (target.stacks.get(pair.target) or target.stacks.get(_place(pair.target)) or []) \
-            if pair.target else []
-        upstream = max(_upstream(pair.target, seen_err), inside.get(pair.target, 0.0)) if pair.target else 0.0
-        base, direction, index = split_name(pair.target) if pair.target else (None, None, None)
-        if missing == "inputs" and direction in out_seen:  # a backward computes from its forward's values too
-            upstream = max(upstream, out_seen[direction], out_seen["forward"])
-        # whether its inputs differ more than earlier outputs explain: asked of module calls, and of the forward
-        # pass's API calls (an API call's weights are among its arguments: one loaded wrongly, or moved
-        # differently by earlier steps, shows there, as do input data that differ). Calls after the backward
-        # pass (the optimizer's, gradient clipping) take gradients, whose noise only the backward records'
-        # judging knows: not asked, nor where no backward record marks the forward pass's end
-        # (_forward_pass_bounded). The step's first backward record is asked too: the
-        # gradients flowing into it come from the loss and from what ran after it in the forward pass, which a
-        # `scope` or `list` left out of the dump (gradients entering a scope already different).
-        owner = params_grad_owner(pair.target) if pair.target else None
-        chain = target.parent_chain(pair.target) if pair.target else []
-        asked = (direction == "forward" and (is_module(pair.target) or (apis_asked and not backward_begun))) or \
-            (direction == "backward" and not backward_begun and pair.golden is not None)
-        backward_begun_before = backward_begun
-        backward_begun = backward_begun or direction == "backward"
-        if direction == "forward":
-            for parent in chain:
-                before_inside.setdefault(parent, out_seen["forward"])
-        if missing == "outputs":  # every call: its inputs against those of the calls before it
-            explained = in_seen.get(direction)
-        else:
-            explained = before_inside.get(pair.target, out_seen["forward"]) if asked else None
-        # after the backward pass (the optimizer's update) a call amplifies what already differs before it
-        after_backward = None if direction != "forward" or not backward_begun_before else \
-            "differs" if max(out_seen.values()) > 0 or extra is not None or unpaired_before > 0 else "clean"
-        record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
-                                           upstream, explained, grad_inputs.get(owner, NO_GRAD_INPUTS), missing,
-                                           unpaired_before, after_backward)
-        if verdict.nonfinite_in or verdict.nonfinite_out:
-            # at mix a module's record follows the calls inside it: one of those was before it, not earlier
-            follows = nonfinite_first is not None and pair.target not in target.parent_chain(nonfinite_first)
-            # where no earlier call could have made it unseen: outputs dumped, no call of one run only before
-            seen_all = missing != "outputs" and extra is None and not unpaired_before
-            _nonfinite_origin(verdict, target, pair.target, step, follows, direction == "forward"
-                              and not backward_begun_before and seen_all)
-            nonfinite_first = nonfinite_first or pair.target
-        # a forward call that paired with nothing (not by the levels' design): what it made is in no out_seen
-        lone = verdict.result == UNMATCHED and _unpaired_forward(pair, target.level, golden.level)
-        if direction in out_seen and verdict.result != UNMATCHED:
-            out_seen[direction] = max(out_seen[direction], verdict.out_err)
-            in_seen[direction] = max(in_seen[direction], verdict.in_err)
-        # a golden-only call before the first paired one is outside a scoped target's range, not a call the
-        # target left out: "38 earlier forward calls did not pair" cast doubt on a scoped compare's answer
-        unpaired_before += lone and (pair.target is not None or paired_forward > 0)
-        if direction == "backward":  # its module's parameter gradients come after it
-            size, count, eps = grad_inputs.get(base, NO_GRAD_INPUTS)
-            grad_inputs[base] = (max(size, verdict.inputs_size), max(count, verdict.inputs_numel),
-                                 max(eps, verdict.eps))
-        if pair.target:
-            seen_err[(base, direction, index)] = verdict.in_err
-            seen_err[base] = max(seen_err.get(base, 0.0), verdict.in_err)
-            seen_err["*"] = max(seen_err.get("*", 0.0), verdict.in_err)
-            for parent in chain:
-                if inside.get(parent, 0.0) < verdict.in_err:
-                    inside[parent] = verdict.in_err
-        sink.add(record_rows)
-        if xlsx:
-            rows.extend(record_rows)
-        if bar and i % 200 == 0:
-            bar(i, len(pairs))
-        if across and verdict.first_seen and first is None and extra is None and t_gap:
-            extra = {"name": t_gap[0], "stack": target.stacks.get(t_gap[0], []),
-                     "parents": target.parent_chain(t_gap[0]),
-                     "reason": f"only in the target ({', '.join(t_gap)}), just before {pair.target}, whose inputs "
-                               f"are the first to differ"}
-        if verdict.result == UNMATCHED:
-            if pair.target and direction == "forward":
-                t_gap.append(pair.target)
-            counts["unmatched_target" if pair.target else "unmatched_golden"] += 1
-            # across frameworks, API calls that do not pair are routine (nn.Dense is MatMul and BiasAdd): the
-            # call named is the first module or cell only in the target (a GELU where the golden has a ReLU)
-            # nor one of the kind that the other dump's level does not record (a module against an L1 dump)
-            if pair.target and first is None and extra is None and (not across or is_module(pair.target)) \
-                    and not _left_out_by_level(pair.target, target.level, golden.level):
-                extra = {"name": pair.target, "stack": stack, "parents": target.parent_chain(pair.target)}
-            if lone and not pair.target and paired_forward:
-                if _changes_numbers(golden, pair.golden):  # not .contiguous(), not a counter's += 1
-                    gap.append(pair.golden if first is None else None)
-            elif lone:
-                gap_clean = False
-            continue
-        if direction == "forward":
-            paired_forward += 1
-            t_gap = []
-            if gap and gap_clean:  # the target went from the call before the gap straight to this one
-                left_out += len(gap)
-                if missing_call is None and gap[0] is not None:
-                    missing_call = {"name": gap[0], "stack": golden.stacks.get(gap[0], []),
-                                    "parents": golden.parent_chain(gap[0])}
-            gap, gap_clean = [], True
-        counts[verdict.result] += 1
-        errors.append(verdict.out_err)
-        if after_backward is None and verdict.comparable and \
-                verdict.out_err > max(TOLERANCE_EPS * verdict.eps, AMPLIFICATION * verdict.in_err):
-            departing[pair.target] = (verdict.in_err, verdict.out_err)
-        if after_backward is None and math.isfinite(verdict.out_err):
-            largest = max(largest, verdict.out_err)
-        module = _module_of(target, pair.target)
-        if module:
-            worst, result = modules.get(module, (0.0, PASS))
-            modules[module] = (max(worst, verdict.out_err), verdict.result if
-                               {PASS: 0, WARNING: 1, ERROR: 2}[verdict.result] > {PASS: 0, WARNING: 1, ERROR: 2}[result]
-                               else result)
-        # an amplification after the backward pass (the optimizer's update from a gradient that is zero in exact
-        # arithmetic: attention's key bias, a bias before BatchNorm) is rounding noise that Adam scales to a
-        # full step: in the table, not the answer line's first warning (a setting that differs still is)
-        warned = verdict.result == WARNING and verdict.comparable and not (
-            direction == "forward" and backward_begun and all(
-                r.startswith(("amplified", "aligned with")) for r in verdict.reasons))
-        # a record that errs only for a tensor file not read is said apart (console_line), not as the first error
-        counts_as_error = verdict.result == ERROR and not files_only(verdict)
-        if (first is None and verdict.introduced) or (first_error is None and counts_as_error) or \
-                (first_seen is None and verdict.first_seen) or (first_warning is None and warned):
-            found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
-                     "stack": stack,
-                     "parents": target.parent_chain(pair.target) or target.parent_chain(_place(pair.target)),
-                     "input_difference": verdict.in_err, "output_difference": verdict.out_err}
-            named_rows[pair.target] = [{k: row.get(k) for k in html_report.CALL_COLUMNS} for row in record_rows]
-            if first is None and verdict.introduced:
-                first = found
-                first_at = len(errors) - 1
-                erred = first_error if first_error and pair.target in first_error["parents"] else None
-                if erred and is_module(pair.target):  # mix: a call inside it erred first (NaN from a -inf row)
-                    found["reason"] += f"; inside it, {erred['name']} erred first: {erred['reason']}{report.at(erred)}"
-            if first_error is None and counts_as_error:
-                first_error = found
-            if first_warning is None and warned:
-                first_warning = found
-            if first_seen is None and verdict.first_seen:
-                first_seen = found
-    if bar:
-        bar.close()
+    walked = sequence.walk(pairs, target, golden, judge, inner, sink, step, across, xlsx, show_progress)
     sink.close()
     files = [csv_path]
     if xlsx:
         xlsx_path = csv_path[:-4] + ".xlsx"
         try:
-            report.write_xlsx(xlsx_path, judge.columns, rows)
+            report.write_xlsx(xlsx_path, judge.columns, walked.rows)
         except RuntimeError as exc:
             raise CompareError(str(exc)) from None
         files.append(xlsx_path)
+    return _finish(walked, mode, note, step, rank, target, golden, target_path, golden_path, rename, csv_path,
+                   files, judge.files_not_read)
+
+
+def _finish(walked, mode, note, step, rank, target, golden, target_path, golden_path, rename, csv_path, files,
+            files_not_read) -> tuple:
+    """(mode, summary pair, files written, details for report.html) of a step/rank pair judged."""
+    counts, first = walked.counts, walked.first
     unused = [f for f in getattr(rename, "fragments", ()) if not any(f in name for name in target.records)]
     low = _low_precision(target, golden)
     if low and first is None and not counts[ERROR]:  # said: that autocast or a .to() took effect, and passed
         note = "; ".join(filter(None, [f"one run computes in {low}, the other finer: its rounding is expected and "
                                        f"passes", note]))
+    left_out_few = walked.left_out <= max(3, walked.paired_forward // 10)
     summary_pair = {"step": step, "rank": rank, "target": target_path, "golden": golden_path,
                     "mapping_unused": unused, "mapping_close": _closest_fragments(unused, target.records),
-                    "counts": counts, "first_divergence": first, "first_only_in_target": extra,
-                    "first_only_in_golden": missing_call if left_out <= max(3, paired_forward // 10) else None,
-                    "first_error": first_error, "first_seen": first_seen, "first_warning": first_warning,
+                    "counts": counts, "first_divergence": first, "first_only_in_target": walked.extra,
+                    "first_only_in_golden": walked.missing_call if left_out_few else None,
+                    "first_error": walked.first_error, "first_seen": walked.first_seen,
+                    "first_warning": walked.first_warning,
                     "note": note, "records": {"target": len(target.records), "golden": len(golden.records)},
-                    "tensor_files_not_read": judge.files_not_read,
+                    "tensor_files_not_read": files_not_read,
                     # no record of one run met one of the other: nothing was compared (exit status 1)
                     "nothing_paired": not (counts[PASS] or counts[WARNING] or counts[ERROR]),
                     "result_file": csv_path}
-    return mode, summary_pair, files, {"pair": summary_pair, "errors": errors, "modules": modules,
-                                       "departing": departing, "largest": largest,
-                                       "low_precision": low, "rows": named_rows,
-                                       "first_at": first_at,
-                                       "tree": {m: target.parents.get(m) for m in modules}}
+    return mode, summary_pair, files, {"pair": summary_pair, "errors": walked.errors, "modules": walked.modules,
+                                       "departing": walked.departing, "largest": walked.largest,
+                                       "low_precision": low, "rows": walked.named_rows,
+                                       "first_at": walked.first_at,
+                                       "tree": {m: target.parents.get(m) for m in walked.modules}}
 
 
 class Failed(tuple):

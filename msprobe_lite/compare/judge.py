@@ -184,15 +184,16 @@ def _passed_by_one_run(t_only: list, g_only: list, arguments: list, base: str = 
     return len(t_only) != len(g_only) or bool(left)
 
 
-def _an_update(name: str, rows, dump) -> bool:
+def _an_update(name: str, needs_grad: bool, dump) -> bool:
     """Whether a call after the backward pass is an update's (the optimizer's, clipping's), not a model's (a
     second micro-batch, activation recompute): called outside every module, and writing in place (`add_`,
-    `addcdiv_`, `_foreach_mul_`) or on tensors that need no gradient (the optimizer's state)."""
+    `addcdiv_`, `_foreach_mul_`) or on tensors that need no gradient (the optimizer's state; `needs_grad`: one
+    of its tensors requires grad)."""
     parent = dump.parents.get(name)
     if isinstance(parent, str) and is_module(parent):
         return False
     api = split_name(name)[0].rsplit(".", 1)[-1]
-    return api.endswith("_") or not any(r.is_tensor and r.obj.get("requires_grad") is True for r in rows)
+    return api.endswith("_") or not needs_grad
 
 
 def _transposed_gradient(t_row, g_row) -> bool:
@@ -530,23 +531,44 @@ class Judge:
         self._decide(verdict, errs, extra, eps, t_rows, new_nonfinite, argument_err, one_sided, missing, setting)
         different = quantities.not_comparable(base, direction, t_dump.records.get(pair.target),
                                               g_dump.records.get(pair.golden))
+        needs_grad = bool(after_backward) and verdict.introduced and \
+            any(r.is_tensor and r.obj.get("requires_grad") is True for r in t_rows)  # asked only then
+        self._conclude(verdict, pair.target, t_dump, different, after_backward, new_nonfinite, needs_grad, explained,
+                       tol, (data_err, data_at, data_grad), (param_err, TOLERANCE_EPS * param_eps), missing,
+                       gradients, unpaired, argument_err, blind, arguments)
+        self._finish_rows(rows, row_problems, verdict, stack)
+        return rows, verdict
+
+    def measured(self, name: str, dump, in_err: float, out_err: float, eps: float, explained: float | None,
+                 after_backward: str | None, data: tuple, needs_grad: bool, gradients: bool) -> Verdict:
+        """The verdict of a record whose rows are plain (tensors of equal shapes with finite statistics, scalar
+        arguments of equal values) from its measures alone: compare/columnar.py measures such records on whole
+        columns. The same rules as `judge`, which reaches them with the same numbers."""
+        verdict = Verdict(eps=eps)
+        self._decide(verdict, {INPUT: [in_err], OUTPUT: [out_err]}, {INPUT: {}, OUTPUT: {}}, eps, [], False)
+        self._conclude(verdict, name, dump, None, after_backward, False, needs_grad, explained,
+                       TOLERANCE_EPS * eps, data, (0.0, 0.0), None, gradients, 0, 0.0, [], [])
+        return verdict
+
+    def _conclude(self, verdict, name, dump, different, after_backward, new_nonfinite, needs_grad, explained, tol,
+                  data, params, missing, gradients, unpaired, argument_err, blind, arguments) -> None:
+        """What the record's place in the step adds to its measures' verdict (see `judge`)."""
         if different:  # two tools' values of two things under one name: neither agrees nor departs
             verdict.introduced, verdict.result, verdict.reasons = False, WARNING, [different]
             verdict.out_err = verdict.in_err = 0.0
             verdict.comparable = False
         elif after_backward and verdict.introduced and (after_backward == "differs" or verdict.in_err > 0) \
-                and not verdict.setting and not new_nonfinite and _an_update(pair.target, t_rows, t_dump):
+                and not verdict.setting and not new_nonfinite and _an_update(name, needs_grad, dump):
             verdict.introduced = False
             verdict.result = WARNING
             verdict.reasons = [AFTER_BACKWARD]
         if explained is not None and not verdict.introduced and self.mode != "md5":
-            self._first_seen(verdict, pair.target, explained, tol, (data_err, data_at, data_grad),
-                             (param_err, TOLERANCE_EPS * param_eps), missing, gradients, unpaired)
-        if verdict.introduced and "dropout" in pair.target.lower():
+            self._first_seen(verdict, name, explained, tol, data, params, missing, gradients, unpaired)
+        if verdict.introduced and "dropout" in name.lower():
             verdict.raise_to(ERROR, DROPOUT_HINT)
-        if self.distributed and verdict.introduced and params_grad_owner(pair.target):
+        if self.distributed and verdict.introduced and params_grad_owner(name):
             verdict.raise_to(ERROR, ACROSS_RANKS)
-        elif self.distributed and verdict.introduced and pair.target.startswith("Distributed.") and not argument_err:
+        elif self.distributed and verdict.introduced and name.startswith("Distributed.") and not argument_err:
             verdict.raise_to(ERROR, ACROSS_RANKS_COLLECTIVE)
         if blind and verdict.introduced:
             one = len(blind) == 1
@@ -556,12 +578,10 @@ class Judge:
                                     f"{'it' if one else 'them'}")
         for argument in arguments:
             verdict.raise_to(WARNING, argument)
-        if pair.target in self.odd_dtypes:
+        if name in self.odd_dtypes:
             verdict.raise_to(WARNING, f"its parameters are of another dtype than the golden's "
-                                      f"({self.odd_dtypes[pair.target]}) while most modules' keep theirs: a layer "
+                                      f"({self.odd_dtypes[name]}) while most modules' keep theirs: a layer "
                                       f"cast on its own (.half(), a .to() that missed it)")
-        self._finish_rows(rows, row_problems, verdict, stack)
-        return rows, verdict
 
     def _first_seen(self, verdict, name, explained, tol, data, params, missing, gradients, unpaired) -> None:
         """Inputs that differ beyond what every earlier call's outputs (`explained`) explain: the runs parted
