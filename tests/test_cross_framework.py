@@ -213,11 +213,11 @@ def test_a_mapping_fragment_written_as_a_module_for_a_mindspore_target_gets_the_
 def test_a_dtype_argument_is_the_same_in_both_spellings():
     """`x.astype(ms.float32)` against `x.to(torch.float32)`: 'Float32' and 'torch.float32' read as a setting
     that differs, and once the inputs drifted the cast was named as the first divergence (a review)."""
-    from msprobe_lite.compare.judge import _value
+    from msprobe_lite.compare.judge import scalar_value
 
-    assert _value({"type": "mindspore.dtype", "value": "Float32"}) == _value({"type": "torch.dtype",
+    assert scalar_value({"type": "mindspore.dtype", "value": "Float32"}) == scalar_value({"type": "torch.dtype",
                                                                             "value": "torch.float32"})
-    assert _value({"type": "mindspore.dtype", "value": "Float16"}) != _value({"type": "torch.dtype",
+    assert scalar_value({"type": "mindspore.dtype", "value": "Float16"}) != scalar_value({"type": "torch.dtype",
                                                                             "value": "torch.float32"})
 
 

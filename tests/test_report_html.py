@@ -58,3 +58,17 @@ def test_report_html_opens_on_the_first_divergence_in_a_headless_browser(tmp_pat
     shot = tmp_path / "report.png"
     result = browser(f"--screenshot={shot}", "--window-size=1280,1000", page.as_uri())
     assert result.returncode == 0 and shot.stat().st_size > 10_000, result.stderr[-2000:]
+
+
+def test_the_error_plot_of_many_calls_keeps_each_pixels_largest_error():
+    """100k calls on a 920-pixel axis: at most two points a pixel, each pixel's largest error, so one call that
+    departs among thousands that agree is still drawn as a peak (and the page stays small)."""
+    from msprobe_lite.compare.html_report import _peaks
+
+    errors = [1e-7] * 100_000
+    errors[61_234] = 0.5
+    errors[99_999] = float("nan")
+    points = _peaks(errors, 920)
+    assert len(points) <= 2 * 920
+    assert (61_234, 0.5) in points and any(i == 99_999 for i, _ in points)
+    assert _peaks(errors[:1000], 920) == list(enumerate(errors[:1000]))

@@ -5,7 +5,7 @@ a scalar keyword, one output; a forward and a backward record per call, a few hu
 records/s and MB/s of dump.json read. Tensor mode (--tensors K): K float32 tensors of --elements each per
 side, saved as .npy, compared with --workers processes; reports MB/s of tensor files read.
 
-    .venv/bin/python tools/bench_compare.py --records 100000
+    .venv/bin/python tools/bench_compare.py --records 100000 [--memory]
     .venv/bin/python tools/bench_compare.py --tensors 48 --elements 1000000 --workers 1
 """
 from __future__ import annotations
@@ -18,8 +18,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 from msprobe_lite.compare import compare  # noqa: E402
+from msprobe_lite.core.writer import dump_json_chunks  # noqa: E402
 
 
 def tensor(rng, shape, scale=1.0):
@@ -49,10 +51,16 @@ def write_dump(folder, records, seed, noise):
         data[f"Functional.{api}.{n}.backward"] = bwd
     os.makedirs(folder)
     path = os.path.join(folder, "dump.json")
-    with open(path, "w") as f:  # json.dumps: the C encoder (json.dump to a file is pure Python)
-        f.write(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
-                            "data": data}))
+    header = {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None}
+    with open(path, "wb") as f:  # as msprobe_lite's dumper writes it: a record per line
+        for piece in dump_json_chunks(header, [Record(name, record) for name, record in data.items()]):
+            f.write(piece)
     return path
+
+
+class Record:
+    def __init__(self, name, data):
+        self.name, self.data = name, data
 
 
 def write_tensor_dump(folder, count, elements, seed):
@@ -92,12 +100,46 @@ def tensor_bench(args) -> int:
     return 0
 
 
+def peak_memory(command: list) -> int:
+    """Run `command`; the largest memory that it and its children held together, sampled every few
+    milliseconds: the sum of their proportional set sizes (Pss: a page shared by a forked child counts once).
+    Linux only."""
+    import subprocess
+
+    process, peak = subprocess.Popen(command), 0
+    while process.poll() is None:
+        peak = max(peak, sum(_pss(pid) for pid in _family(process.pid)))
+        time.sleep(0.005)
+    if process.returncode:
+        raise SystemExit(process.returncode)
+    return peak
+
+
+def _family(pid: int) -> list:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        children = []
+    return [pid] + [p for c in children for p in _family(c)]
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+    except (OSError, StopIteration):
+        return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--tensors", type=int, default=0, help="tensor mode: this many tensors per side")
     parser.add_argument("--elements", type=int, default=1_000_000, help="tensor mode: elements per tensor")
     parser.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
+    parser.add_argument("--memory", action="store_true", help="compare in a fresh process, and say the peak memory "
+                        "of its processes (the time then includes the interpreter's start)")
     args = parser.parse_args(argv)
     if args.tensors:
         return tensor_bench(args)
@@ -105,11 +147,20 @@ def main(argv=None) -> int:
         target = write_dump(os.path.join(tmp, "t", "step0", "rank"), args.records, 1, 1e-6)
         golden = write_dump(os.path.join(tmp, "g", "step0", "rank"), args.records, 2, 0.0)
         size = os.path.getsize(target) + os.path.getsize(golden)
+        out = os.path.join(tmp, "out")
         start = time.perf_counter()
-        compare(target, golden, os.path.join(tmp, "out"), quiet=True, html=True, workers=args.workers)
+        if args.memory:  # in a fresh process: what making the dumps left here is not compare's
+            peak = peak_memory([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); from "
+                                f"msprobe_lite.compare import compare; compare({target!r}, {golden!r}, {out!r}, "
+                                f"quiet=True, html=True, workers={args.workers})"])
+        else:
+            compare(target, golden, out, quiet=True, html=True, workers=args.workers)
         elapsed = time.perf_counter() - start
     print(f"{args.records} records per side, {size / 1e6:.1f} MB of dump.json: {elapsed:.2f} s, "
           f"{args.records / elapsed:,.0f} records/s, {size / 1e6 / elapsed:.1f} MB/s")
+    if args.memory:
+        print(f"peak memory of compare's processes (Pss, the interpreter's start included): {peak / 1e6:.0f} MB, "
+              f"{peak / size:.2f} times the dump.json pair")
     return 0
 
 

@@ -11,16 +11,18 @@ import time
 from dataclasses import dataclass, field
 
 from ..core.writer import write_atomic
-from . import console, html_report, report, sequence, tensors
+from . import columnar, console, html_report, report, sequence, tensors
 from .frameworks import class_free, module_class, namespace_free, translations
 from .judge import AMPLIFICATION, ERROR, PASS, WARNING, Judge, across_ranks, record_eps, same_dtype
 from .metrics import eps_of
 from .pair import is_module, pair_records, split_name
 from .runs import join_runs
-from .read import DumpError, load_dump, pair_inputs, place, resolve
+from .read import DumpError, NativeRef, has_hierarchy, load_dump, pair_inputs, place, resolve, table_dump
+from .table import read_tables
 
 
 CSV_BACKGROUND_MIN = 20000   # record pairs from which the table is written by a second process
+PARALLEL_READ_MIN = 1 << 22  # bytes of dump.json from which the two are read in two processes
 
 
 class CompareError(ValueError):
@@ -158,15 +160,27 @@ def _gc_paused():
 
 
 def compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx,
-                show_progress=False, workers=1):
+                show_progress=False, workers=1, native_csv=True):
     """Compare one step/rank pair: (mode, summary pair, files written, details for the HTML report).
-    `workers`: processes for measuring tensor files (tensor mode)."""
+    `workers`: processes for measuring tensor files (tensor mode). `native_csv`: the table may be written by
+    polars (not in a process forked from one whose polars threads ran: see report.CsvSink)."""
     try:
         with _gc_paused():
             return _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx,
-                                show_progress, workers)
+                                show_progress, workers, native_csv)
     except (DumpError, tensors.TensorFileError) as exc:
         raise CompareError(str(exc)) from None
+
+
+def _tables(target_path: str, golden_path: str, parallel: bool):
+    """Both dumps read into columns (compare/table.py), in two processes when `parallel`; None where either is
+    not a dump.json that the columns hold (load_dump then reads it, and says what is wrong with it)."""
+    if isinstance(target_path, NativeRef) or isinstance(golden_path, NativeRef) or \
+            has_hierarchy(target_path) or has_hierarchy(golden_path):  # modules (L0, mix): not the columns' kind
+        return None
+    paths = [target_path, golden_path]
+    tables = read_tables(paths, parallel and sum(map(os.path.getsize, paths)) >= PARALLEL_READ_MIN)
+    return tables if all(tables) else None
 
 
 def _other_place(target_path: str, golden_path: str):
@@ -225,8 +239,10 @@ def _operator_names(records, other) -> object:
     (`Tensor.mul.0.forward`) where the other dump names them so and this one has no call of that name: one
     run written by the reference tool, the other by msprobe_lite."""
     def api(name):
+        if not name.startswith("Tensor."):
+            return None
         parts = name.split(".")
-        return parts[1] if len(parts) >= 4 and parts[0] == "Tensor" else None
+        return parts[1] if len(parts) >= 4 else None
     mine, theirs = {api(n) for n in records}, {api(n) for n in other}
     renamed = {dunder: plain for dunder, plain in _OPERATORS.items()
                if dunder in mine and plain in theirs and plain not in mine and dunder not in theirs}
@@ -318,8 +334,10 @@ MD5_ACROSS = ("md5 not compared across frameworks (their kernels are not bitwise
 
 
 def _compare_one(step, rank, target_path, golden_path, output_dir, rename, timestamp, xlsx, show_progress,
-                 workers):
-    target, golden = load_dump(target_path, step, rank), load_dump(golden_path, step, rank)
+                 workers, native_csv=True):
+    tables = None if xlsx else _tables(target_path, golden_path, workers > 1)
+    target, golden = (table_dump(tables[0], step, rank), table_dump(tables[1], step, rank)) if tables else \
+        (load_dump(target_path, step, rank), load_dump(golden_path, step, rank))
     mode = _mode(target, golden)
     t_names, g_names = translations(target.framework, golden.framework)
     across = bool(t_names or g_names)  # two frameworks, met in PyTorch's names
@@ -327,8 +345,10 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     rename_g = g_names.record if g_names else _as_is
     if across:  # API namespaces and a port's own class names do not take part in pairing
         rename_t, rename_g = _compose(rename_t, _across_free), _compose(rename_g, _across_free)
-    rename_t = _compose(rename_t, _operator_names(target.records, golden.records))
-    rename_g = _compose(rename_g, _operator_names(golden.records, target.records))
+    t_operators, g_operators = _operator_names(target.records, golden.records), _operator_names(golden.records,
+                                                                                               target.records)
+    names_as_they_are = rename is _as_is and not across and t_operators is _as_is and g_operators is _as_is
+    rename_t, rename_g = _compose(rename_t, t_operators), _compose(rename_g, g_operators)
     note, by_parent = _levels(target.level, golden.level)
     if across and mode == "md5":  # two frameworks' kernels are never bitwise the same: every row would differ
         mode = "statistics"
@@ -338,6 +358,18 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     note = "; ".join(filter(None, [_other_place(target_path, golden_path), note])) or None
     _values_in_both(target, golden)
     _some_part_in_common(target, golden)
+    tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"
+    csv_path = os.path.join(output_dir, f"compare_result_{tag}_{timestamp}.csv")
+    if tables:
+        judge = Judge(mode, None, *_row_tails(t_names, g_names), distributed=rank is not None, later_step=bool(step))
+        walked = columnar.walk(*tables, target, golden, judge, step, None if names_as_they_are else rename_t,
+                               rename_g, lambda: report.CsvSink(csv_path, judge.columns, native=native_csv,
+                                                                thread=native_csv))
+        if walked is not None:
+            return _finish(walked, mode, note, step, rank, target, golden, target_path, golden_path, rename,
+                           csv_path, [csv_path], judge.files_not_read)
+        # not of the columnar route's kind: the whole dumps, judged call by call
+        target, golden = load_dump(target_path, step, rank), load_dump(golden_path, step, rank)
     pairs = pair_records(target, golden, rename_t, rename_g, by_parent, across)
     if across:
         pairs = join_runs(pairs, target, golden)
@@ -347,8 +379,6 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
                   distributed=rank is not None, later_step=bool(step),
                   odd_dtypes={} if across else _odd_parameter_dtypes(pairs, target, golden))
     inner = _inner_eps(pairs, target, golden)
-    tag = f"rank{'' if rank is None else rank}_step{'' if step is None else step}"
-    csv_path = os.path.join(output_dir, f"compare_result_{tag}_{timestamp}.csv")
     sink = report.CsvSink(csv_path, judge.columns, background=workers > 1 and len(pairs) >= CSV_BACKGROUND_MIN)
     walked = sequence.walk(pairs, target, golden, judge, inner, sink, step, across, xlsx, show_progress)
     sink.close()
@@ -398,9 +428,10 @@ class Failed(tuple):
 
 
 def _one_in_worker(args):
-    step, rank, t_path, g_path, output_dir, mapping, timestamp, xlsx = args
+    step, rank, t_path, g_path, output_dir, mapping, timestamp, xlsx, native_csv = args
     try:
-        return compare_one(step, rank, t_path, g_path, output_dir, _load_mapping(mapping), timestamp, xlsx)
+        return compare_one(step, rank, t_path, g_path, output_dir, _load_mapping(mapping), timestamp, xlsx,
+                           native_csv=native_csv)
     except CompareError as exc:
         return Failed((step, rank, str(exc)))
 
@@ -417,8 +448,8 @@ def _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, show_progress
         # absolute paths: a worker runs in a folder of its own, often on another machine that mounts the same paths
         absolute = os.path.abspath
         yield from run_on(scheduler, _one_in_worker, [
-            (s, r, absolute(t), absolute(g), absolute(output_dir), mapping and absolute(mapping), timestamp, xlsx)
-            for s, r, t, g in inputs])
+            (s, r, absolute(t), absolute(g), absolute(output_dir), mapping and absolute(mapping), timestamp, xlsx,
+             True) for s, r, t, g in inputs])
         return
     workers = workers or os.cpu_count() or 1
     if len(inputs) == 1 or workers <= 1:
@@ -433,7 +464,9 @@ def _run_all(inputs, output_dir, mapping, rename, timestamp, xlsx, show_progress
         return
     from concurrent.futures import ProcessPoolExecutor
 
-    jobs = [(s, r, t, g, output_dir, mapping, timestamp, xlsx) for s, r, t, g in inputs]
+    # polars waits for ever in a process forked after its threads ran here (an earlier compare in this process)
+    native_csv = "polars" not in sys.modules
+    jobs = [(s, r, t, g, output_dir, mapping, timestamp, xlsx, native_csv) for s, r, t, g in inputs]
     with ProcessPoolExecutor(min(workers, len(inputs)), initializer=tensors.init_worker) as pool:
         yield from pool.map(_one_in_worker, jobs)
 

@@ -199,6 +199,24 @@ def _label(worst: float, result: str) -> str:
     return "pass, outputs equal" if not worst else f"pass (no difference of its own), worst output error {worst:.3g}"
 
 
+def _peaks(errors: list, pixels: int) -> list:
+    """(index, error) to draw: every call, or where there are more calls than two per pixel, the largest error
+    of each pixel's calls (a divergence among thousands of agreeing calls stays a peak)."""
+    if len(errors) <= 2 * pixels:
+        return list(enumerate(errors))
+    best: dict = {}
+    per = len(errors) / pixels
+    for i, e in enumerate(errors):
+        at = int(i / per)
+        if at not in best or _above(e, errors[best[at]]):
+            best[at] = i
+    return [(i, errors[i]) for i in best.values()]
+
+
+def _above(a: float, b: float) -> bool:
+    return a > b or (a != a and b == b)  # NaN drawn as an infinite error is a peak too
+
+
 def _plot(errors: list, first_at, width: int = 1000, height: int = 220) -> str:
     """Output relative error (log10) of every paired call along execution order, axes labelled, the first
     divergence marked."""
@@ -216,7 +234,7 @@ def _plot(errors: list, first_at, width: int = 1000, height: int = 220) -> str:
     def y(e):
         level = high if math.isinf(e) else (low if e <= 0 else math.log10(e))
         return bottom - (level - low) / span * (bottom - 20)
-    points = " ".join(f"{x(i):.1f},{y(e):.1f}" for i, e in enumerate(errors))
+    points = " ".join(f"{x(i):.1f},{y(e):.1f}" for i, e in _peaks(errors, width - left - 20))
     marks = "".join(f'<text x="{left - 8}" y="{y(10.0 ** v) + 4:.1f}" font-size="11" text-anchor="end">1e{v}</text>'
                     for v in range(low, high + 1))
     first = "" if first_at is None else (

@@ -150,7 +150,7 @@ def same_dtype(dtype: str) -> str:
     return dtype.lower().replace("torch.", "").replace("mindspore.", "")
 
 
-def _value(obj: dict):
+def scalar_value(obj: dict):
     """What a non-tensor object holds: its value, a process group's ranks or a memory format's name (these
     two have no "value"). A dtype in one spelling for both frameworks (`Float32`, `torch.float32`)."""
     value = obj.get("value", obj.get("group_ranks", obj.get("format")))
@@ -174,12 +174,14 @@ def _passed_by_one_run(t_only: list, g_only: list, arguments: list, base: str = 
     left = list(g_only)
     for suffix, row in t_only:
         twin = next((g for g in left if _by_position(suffix) != _by_position(g[0])
-                     and g[1].obj.get("type") == row.obj.get("type") and _value(g[1].obj) == _value(row.obj)), None)
+                     and g[1].obj.get("type") == row.obj.get("type")
+                     and scalar_value(g[1].obj) == scalar_value(row.obj)), None)
         if twin is not None:
             left.remove(twin)
         else:
-            arguments.append(f"argument {suffix.lstrip('.')} differs: target {_value(row.obj)!r}, golden not passed")
-    arguments.extend(f"argument {suffix.lstrip('.')} differs: target not passed, golden {_value(row.obj)!r}"
+            arguments.append(f"argument {suffix.lstrip('.')} differs: target {scalar_value(row.obj)!r}, "
+                             f"golden not passed")
+    arguments.extend(f"argument {suffix.lstrip('.')} differs: target not passed, golden {scalar_value(row.obj)!r}"
                      for suffix, row in left)
     return len(t_only) != len(g_only) or bool(left)
 
@@ -234,7 +236,7 @@ def _gradients_by_shape(t_rows, cut: int, g_rows: dict) -> dict:
 
 def _default(base: str, suffix: str, row) -> bool:
     parts = suffix.lstrip(".").split(".")
-    return len(parts) == 2 and not parts[1].isdigit() and defaults.is_default(base, parts[1], _value(row.obj))
+    return len(parts) == 2 and not parts[1].isdigit() and defaults.is_default(base, parts[1], scalar_value(row.obj))
 
 
 def _scalar_argument(row) -> bool:
@@ -300,7 +302,7 @@ class Judge:
                 out[columns[0]] = obj.get("Max", obj.get("value"))
                 out[columns[1]], out[columns[2]], out[columns[3]] = obj.get("Min"), obj.get("Mean"), obj.get("Norm")
         if not (t_row.is_tensor and g_row.is_tensor):
-            tv, gv = _value(t), _value(g)
+            tv, gv = scalar_value(t), scalar_value(g)
             if tv != gv and not (isinstance(tv, float) and isinstance(gv, float) and tv != tv and gv != gv):
                 problems.append(f"value differs: {tv!r} vs {gv!r}")
                 err = math.inf if not isinstance(tv, (int, float)) or not isinstance(gv, (int, float)) \
@@ -466,13 +468,13 @@ class Judge:
                             data_err, data_at, data_grad = err, suffix, g_row.obj.get("requires_grad") is True
                 elif problems and self._across and base.rsplit(".", 1)[-1] in _AXES_MOVED:
                     problems = []  # MindSpore's transpose(*perm) is PyTorch's permute, not transpose(d0, d1)
-                elif problems and same_dtype_constant(_value(t_row.obj), _value(g_row.obj), *dtypes_of()):
+                elif problems and same_dtype_constant(scalar_value(t_row.obj), scalar_value(g_row.obj), *dtypes_of()):
                     problems = []  # finfo(dtype).min of each run's own dtype: the same argument
                 elif problems:  # a scalar argument differs: the likely cause, said plainly
                     arguments.append(f"argument {suffix.lstrip('.')} differs: "
-                                     f"target {_value(t_row.obj)!r}, golden {_value(g_row.obj)!r}")
+                                     f"target {scalar_value(t_row.obj)!r}, golden {scalar_value(g_row.obj)!r}")
                     argument_err = max(argument_err, err)
-                    setting = setting or _a_setting(_value(t_row.obj)) or _a_setting(_value(g_row.obj))
+                    setting = setting or _a_setting(scalar_value(t_row.obj)) or _a_setting(scalar_value(g_row.obj))
                     problems = []
                 if "_thousandth" in row:
                     extra[t_row.role].setdefault("thousandth", []).append(row.pop("_thousandth"))

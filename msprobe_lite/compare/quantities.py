@@ -33,3 +33,8 @@ def not_comparable(base: str, direction: str, t_record: dict, g_record: dict) ->
     if _never_positive(t_out[0]) != _never_positive(g_out[0]):
         return f"{NOT_COMPARABLE}: {what}"
     return None
+
+
+def may_differ(base: str, direction: str) -> bool:
+    """Whether a record may be one of those (its verdict then needs both records whole)."""
+    return direction == "backward" and base in _KNOWN

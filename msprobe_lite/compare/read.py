@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..core.small_file import SmallFileError, file_kind, open_regular
@@ -174,16 +175,81 @@ def load_dump(dump_json: str, step: int | None = None, rank: int | None = None) 
     for name, record in content["data"].items():
         if not isinstance(record, dict) and not (debug and isinstance(record, list)):
             raise DumpError(f"{dump_json}: record {name!r} is a {type(record).__name__}, expected an object")
+    return _dump(dump_json, step, rank, content, _by_dependency(content["data"]))
+
+
+def table_dump(table, step: int | None = None, rank: int | None = None) -> Dump:
+    """The Dump of a dump.json read into columns (compare/table.py): its records are read one by one from the
+    file when asked (compare/columnar.py judges most of them on the columns and needs few whole)."""
+    dump = _dump(table.path, step, rank, table.header, _Records(table))
+    dump._roles = _table_roles(table)
+    return dump
+
+
+def _dump(dump_json: str, step, rank, header: dict, records) -> Dump:
+    """A Dump of `records`, with the stacks and hierarchy beside its dump.json."""
     folder = os.path.dirname(os.path.abspath(dump_json))
     stack_file = os.path.join(folder, "stack.json")
     stacks = _load_stacks(stack_file) if os.path.lexists(stack_file) else {}
     construct_file = os.path.join(folder, "construct.json")
     parents = _load_parents(construct_file) if os.path.lexists(construct_file) else {}
-    task = str(content.get("task", "statistics"))
+    task = str(header.get("task", "statistics"))
     return Dump(path=dump_json, step=step, rank=rank, task=task,
-                level=str(content.get("level", "")), framework=str(content.get("framework", "")),
-                data_dir=_tensor_folder(dump_json, folder, content.get("dump_data_dir"), task),
-                records=_by_dependency(content["data"]), stacks=stacks, parents=parents)
+                level=str(header.get("level", "")), framework=str(header.get("framework", "")),
+                data_dir=_tensor_folder(dump_json, folder, header.get("dump_data_dir"), task),
+                records=records, stacks=stacks, parents=parents)
+
+
+def has_hierarchy(dump_json: str) -> bool:
+    """Whether the construct.json beside a dump.json names a parent (modules: L0, mix; an L1 dump's is {})."""
+    construct = os.path.join(os.path.dirname(os.path.abspath(dump_json)), "construct.json")
+    try:
+        if os.path.getsize(construct) > 64:
+            return True
+        with open(construct, "rb") as f:
+            return json.loads(f.read() or b"{}") != {}
+    except (OSError, ValueError):  # none (an L1 dump of the reference tool), or one load_dump will name
+        return os.path.lexists(construct)
+
+
+class _Records(Mapping):
+    """A dump's records by name, each read from its place in dump.json when asked."""
+
+    def __init__(self, table):
+        self._table = table
+        self._index = None
+
+    def __len__(self) -> int:
+        return len(self._table.names)
+
+    def __iter__(self):
+        return iter(self._table.names)
+
+    def __contains__(self, name) -> bool:
+        return name in self._where()
+
+    def _where(self) -> dict:
+        if self._index is None:
+            self._index = {name: i for i, name in enumerate(self._table.names)}
+        return self._index
+
+    def __getitem__(self, name):
+        offset, length = (int(v) for v in self._table.spans[self._where()[name]])
+        with open(self._table.path, "rb") as f:
+            f.seek(offset)
+            return json.loads(f.read(length))
+
+
+def _table_roles(table) -> frozenset:
+    """Dump.roles() from the parts each record has (compare/table.py), as Dump.roles reads them."""
+    from .pair import split_name
+    found: set = set()
+    for name, parts in zip(table.names, table.parts.tolist()):
+        if split_name(name)[1] is not None:
+            found.update(role for role, bit in (("input", 1), ("output", 2)) if parts & bit)
+            if len(found) == 2:
+                break
+    return frozenset(found) if found else frozenset(("input", "output"))
 
 
 def _by_dependency(records: dict) -> dict:

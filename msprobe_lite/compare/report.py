@@ -102,20 +102,131 @@ def _append_csv(path: str, lines: list) -> None:
         csv.writer(f).writerows(_cells(lines))
 
 
+class Block:
+    """Lines of the table as columns (compare/columnar.py): `texts` {column: list of str or None}, `numbers` a
+    float64 array (lines, len(number_columns)), `empty` a bool array of its cells that are empty (None), and
+    `cells` {column: {line: value}} for the few cells of those columns that hold anything else (a scalar
+    argument's text or integer). Written as the csv module writes the same values (cell(), repr of floats,
+    minimal quoting), by polars: its float formatting gives repr's shortest digits many times faster, and
+    spelled() spells them as Python does."""
+
+    def __init__(self, texts: dict, numbers, number_columns: list, empty, cells: dict, final: bool = False):
+        self.texts, self.numbers, self.number_columns = texts, numbers, number_columns
+        self.empty, self.cells = empty, cells
+        self.final = final  # the texts are already as text() makes them
+
+    def lines(self, columns: list) -> list:
+        """The block's lines, values in column order (what Judge.judge's rows would hold, texts as cells)."""
+        texts = {name: list(values) for name, values in self.texts.items()}
+        numbers, empty = self.numbers.tolist(), self.empty.tolist()
+        out = []
+        for i, row in enumerate(numbers):
+            values = {name: None if empty[i][j] else row[j] for j, name in enumerate(self.number_columns)}
+            values.update({name: odd[i] for name, odd in self.cells.items() if i in odd})
+            values.update({name: texts[name][i] for name in texts})
+            out.append(tuple(values[name] for name in columns))
+        return out
+
+
+def _append_block_python(path: str, columns: list, block: Block) -> None:
+    """_append_block's text by the csv module: for a process forked from one whose polars threads ran (polars
+    would wait for ever for threads that a fork does not copy)."""
+    _append_csv(path, block.lines(columns))
+
+
+def _append_block(path: str, columns: list, block: Block) -> None:
+    import polars as pl
+
+    data = {name: values if block.final else _as_cells(pl.Series(name, values, pl.Utf8))
+            for name, values in block.texts.items()}
+    lines = len(block.numbers)
+    every = spelled(block.numbers.T.ravel())  # one column after the other
+    for j, name in enumerate(block.number_columns):
+        texts = every.slice(j * lines, lines)
+        empty = block.empty[:, j]
+        if empty.any():
+            texts = texts.scatter(empty.nonzero()[0], None)
+        odd = block.cells.get(name)
+        if odd:
+            texts = texts.scatter(list(odd), [text(v) for v in odd.values()])
+        data[name] = texts
+    frame = pl.DataFrame([data[name].alias(name) for name in columns])
+    with open(path, "ab") as f:
+        frame.write_csv(f, include_header=False, line_terminator="\r\n", quote_style="necessary", null_value="")
+
+
+def _as_cells(texts):
+    """Text as cell() writes it: a formula's first character behind an apostrophe, an empty text as an
+    empty cell (csv writes "" as nothing, polars as two quotes)."""
+    import polars as pl
+
+    formula = texts.str.contains("^[=+\\-@\t\r]")
+    if formula.any():
+        texts = pl.select(pl.when(formula).then(pl.concat_str([pl.lit("'"), texts])).otherwise(texts)).to_series()
+    return pl.select(pl.when(texts == "").then(None).otherwise(texts)).to_series()
+
+
+def text(value):
+    """A cell's text as the csv module writes cell(value); None for an empty cell."""
+    value = cell(value)
+    if value is None or value == "":
+        return None
+    return value if value.__class__ is str else str(value)
+
+
+# Python spells a float with an exponent below 1e-04 and from 1e+16, with two exponent digits at least; polars
+# gives the same digits, positional down to 1e-05 and with one exponent digit
+_POSITIONAL_IN_POLARS = (1e-05, 1e-04)   # 0.0000123 in polars, 1.23e-05 in Python
+_ONE_EXPONENT_DIGIT = (1e-09, 1e-05)     # 1.5e-7 in polars, 1.5e-07 in Python
+
+
+def spelled(values):
+    """Each float64 of `values` as its repr (a polars Series of text; inf and nan as cell() spells them)."""
+    import numpy as np
+    import polars as pl
+
+    texts = pl.Series(values).cast(pl.Utf8)
+    size = np.abs(values)
+    with np.errstate(invalid="ignore"):
+        positional = np.flatnonzero((size >= _POSITIONAL_IN_POLARS[0]) & (size < _POSITIONAL_IN_POLARS[1]))
+        padded = np.flatnonzero((size >= _ONE_EXPONENT_DIGIT[0]) & (size < _ONE_EXPONENT_DIGIT[1]))
+    nan = np.flatnonzero(np.isnan(values))
+    if padded.size:  # 1.5e-7 -> 1.5e-07
+        short = texts.gather(padded)
+        texts = texts.scatter(padded, pl.select(pl.concat_str([short.str.head(-1), pl.lit("0"),
+                                                               short.str.tail(1)])).to_series())
+    if positional.size:  # -0.0000123 -> -1.23e-05, 0.00001 -> 1e-05
+        text = texts.gather(positional)
+        sign = pl.when(text.str.starts_with("-")).then(pl.lit("-")).otherwise(pl.lit(""))
+        digits = text.str.strip_prefix("-").str.slice(6)
+        rest = pl.when(digits.str.len_bytes() > 1).then(pl.concat_str([pl.lit("."), digits.str.slice(1)]))
+        texts = texts.scatter(positional, pl.select(pl.concat_str([
+            sign, digits.str.slice(0, 1), rest.otherwise(pl.lit("")), pl.lit("e-05")])).to_series())
+    if nan.size:
+        texts = texts.scatter(nan, "nan")
+    return texts
+
+
 class CsvSink:
     """The result table, written as the judge produces it, so the rows of a large comparison are never all
     in memory. With `background`, formatting and writing happen in a second process while the judge goes
-    on: turning millions of floats into text costs about as much as judging them.
-    The one writer process takes the chunks in the order they were sent, so the file is the same."""
+    on: turning millions of floats into text costs about as much as judging them. With `thread`, in a
+    second thread (blocks of columns: polars formats and writes them without holding the GIL).
+    The one writer takes the chunks in the order they were sent, so the file is the same. `native`: blocks
+    are written by polars, which must not run in a process forked from one whose polars threads ran (it
+    would wait for ever for threads that a fork does not copy); else by the csv module, the same text."""
 
     CHUNK = 20000
 
-    def __init__(self, path: str, columns: list, background: bool = False):
+    def __init__(self, path: str, columns: list, background: bool = False, native: bool = True,
+                 thread: bool = False):
         # The table grows in `{path}.partial` (mode 0o640) and takes its name only when complete.
         self.final, self.path, self.columns = path, path + ".partial", columns
         self.pick = operator.itemgetter(*columns)
         self.pending: list = []
         self.pool = self.futures = None
+        self.native = native  # polars may run in this process
+        self.append_block = _append_block if native else _append_block_python
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
         with open(fd, "w", newline="", encoding="utf-8") as f:
             os.fchmod(fd, FILE_MODE)  # the dump's mode, whatever the umask (as writer.write_atomic)
@@ -123,22 +234,36 @@ class CsvSink:
         if background:
             from concurrent.futures import ProcessPoolExecutor
             self.pool, self.futures = ProcessPoolExecutor(1), []
+        elif thread:
+            from concurrent.futures import ThreadPoolExecutor
+            self.pool, self.futures = ThreadPoolExecutor(1), []
 
     def add(self, rows: list) -> None:
-        self.pending.extend(map(self.pick, rows))
+        self.add_lines(list(map(self.pick, rows)))
+
+    def add_lines(self, lines: list) -> None:
+        """Lines already as values in column order."""
+        self.pending.extend(lines)
         if len(self.pending) >= self.CHUNK:
             self._flush()
 
+    def add_block(self, block: Block) -> None:
+        """Lines as columns (compare/columnar.py), after the lines before them."""
+        self._flush()
+        self._send(self.append_block, self.columns, block)
+
     def _flush(self) -> None:
         lines, self.pending = self.pending, []
-        if not lines:
-            return
+        if lines:
+            self._send(_append_csv, lines)
+
+    def _send(self, append, *what) -> None:
         if self.pool:
-            self.futures.append(self.pool.submit(_append_csv, self.path, lines))
+            self.futures.append(self.pool.submit(append, self.path, *what))
             while len(self.futures) > 3:  # a slower writer makes the judge wait: at most 3 chunks in memory
                 self.futures.pop(0).result()
         else:
-            _append_csv(self.path, lines)
+            append(self.path, *what)
 
     def close(self) -> None:
         """Write what is left and wait for the writer; a failed write raises here. Then the table takes its

@@ -39,7 +39,7 @@ class Walk:
     rows: list = field(default_factory=list)         # every row, kept only for the .xlsx
 
 
-def _place(name: str) -> str:
+def place_of(name: str) -> str:
     """The record whose stack and parents say where `name` happened in the code: a backward call's forward
     call; a module's parameter gradients' first call of the module (they are summed over its calls)."""
     owner = params_grad_owner(name)
@@ -65,7 +65,7 @@ def _upstream(name: str, seen_err: dict) -> float:
     return 0.0
 
 
-def _one_line(frames: list) -> str:
+def one_line(frames: list) -> str:
     return " | ".join(f.replace(", \n ", ": ") for f in frames)
 
 
@@ -108,14 +108,14 @@ def _forward_pass_bounded(dump) -> bool:
     grad) holds the optimizer's calls with nothing before them to say so, and their inputs are gradients."""
     if any(split_name(name)[1] == "backward" for name in dump.records):
         return True
-    return not any(_requires_grad(record) for record in dump.records.values())
+    return not any(requires_grad(record) for record in dump.records.values())
 
 
-def _requires_grad(value) -> bool:
+def requires_grad(value) -> bool:
     if isinstance(value, dict):
-        return value.get("requires_grad") is True or any(_requires_grad(v) for v in value.values())
+        return value.get("requires_grad") is True or any(requires_grad(v) for v in value.values())
     if isinstance(value, list):
-        return any(_requires_grad(v) for v in value)
+        return any(requires_grad(v) for v in value)
     return False
 
 
@@ -128,7 +128,7 @@ def _unpaired_forward(pair, target_level: str, golden_level: str) -> bool:
     return split_name(name)[1] == "forward" and not _left_out_by_level(name, mine, other)
 
 
-def _nonfinite_origin(verdict, target, name, step, follows: bool, forward_pass: bool) -> None:
+def nonfinite_origin(verdict, target, name, step, follows: bool, forward_pass: bool) -> None:
     """The step's first NaN/Inf that only the target holds decides (compare/nonfinite.py): a forward call
     taking it as an input, made by no earlier call, is where it came in (a weight: the first divergence;
     input data: the first error); a call after it that makes NaN/Inf from finite inputs only follows from it."""
@@ -187,7 +187,7 @@ def walk(pairs, target, golden, judge, inner: dict, sink, step, across: bool, xl
     nonfinite_first = None  # the first record that took or made NaN/Inf where the golden's is finite
     for i, pair in enumerate(pairs):
         # a backward record's place in the code is its forward call's
-        stack = (target.stacks.get(pair.target) or target.stacks.get(_place(pair.target)) or []) \
+        stack = (target.stacks.get(pair.target) or target.stacks.get(place_of(pair.target)) or []) \
             if pair.target else []
         upstream = max(_upstream(pair.target, seen_err), inside.get(pair.target, 0.0)) if pair.target else 0.0
         base, direction, index = split_name(pair.target) if pair.target else (None, None, None)
@@ -217,7 +217,7 @@ def walk(pairs, target, golden, judge, inner: dict, sink, step, across: bool, xl
         # after the backward pass (the optimizer's update) a call amplifies what already differs before it
         after_backward = None if direction != "forward" or not backward_begun_before else \
             "differs" if max(out_seen.values()) > 0 or extra is not None or unpaired_before > 0 else "clean"
-        record_rows, verdict = judge.judge(pair, target, golden, _one_line(stack), inner.get(pair.target, 0.0),
+        record_rows, verdict = judge.judge(pair, target, golden, one_line(stack), inner.get(pair.target, 0.0),
                                            upstream, explained, grad_inputs.get(owner, NO_GRAD_INPUTS), missing,
                                            unpaired_before, after_backward)
         if verdict.nonfinite_in or verdict.nonfinite_out:
@@ -225,7 +225,7 @@ def walk(pairs, target, golden, judge, inner: dict, sink, step, across: bool, xl
             follows = nonfinite_first is not None and pair.target not in target.parent_chain(nonfinite_first)
             # where no earlier call could have made it unseen: outputs dumped, no call of one run only before
             seen_all = missing != "outputs" and extra is None and not unpaired_before
-            _nonfinite_origin(verdict, target, pair.target, step, follows, direction == "forward"
+            nonfinite_origin(verdict, target, pair.target, step, follows, direction == "forward"
                               and not backward_begun_before and seen_all)
             nonfinite_first = nonfinite_first or pair.target
         # a forward call that paired with nothing (not by the levels' design): what it made is in no out_seen
@@ -307,7 +307,7 @@ def walk(pairs, target, golden, judge, inner: dict, sink, step, across: bool, xl
                 (first_seen is None and verdict.first_seen) or (first_warning is None and warned):
             found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
                      "stack": stack,
-                     "parents": target.parent_chain(pair.target) or target.parent_chain(_place(pair.target)),
+                     "parents": target.parent_chain(pair.target) or target.parent_chain(place_of(pair.target)),
                      "input_difference": verdict.in_err, "output_difference": verdict.out_err}
             named_rows[pair.target] = [{k: row.get(k) for k in html_report.CALL_COLUMNS} for row in record_rows]
             if first is None and verdict.introduced:
