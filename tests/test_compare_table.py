@@ -359,3 +359,233 @@ def test_equal_values_share_one_object_and_signed_zeros_do_not(tmp_path):
     assert [math.copysign(1, o["value"]) for o in objs[:3]] == [1, -1, 1]
     assert objs[0] is objs[2] is objs[5] and objs[1] is not objs[0] and type(objs[3]["value"]) is int
     assert type(objs[4]["value"]) is bool and sorted(table.objs) == [1, 4, 7, 10, 13, 16, 19]
+
+
+
+# --- the C route of _Builder._usual (_fast_table.c) against the Python one -----------------------------------
+
+def _sharing(objs: dict) -> list:
+    """Which rows' objects are one object: each row's index of the first row holding the same object."""
+    first = {}
+    return [first.setdefault(id(obj), row) for row, obj in objs.items()]
+
+
+def assert_same_tables(a, b):
+    """Two tables alike in every column, list and object, NaN statistics bit for bit."""
+    assert (a is None) == (b is None)
+    if a is None:
+        return
+    for field in table_module.Table.__dataclass_fields__:
+        x, y = getattr(a, field), getattr(b, field)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), field
+        elif field == "objs":
+            assert list(x) == list(y) and repr(list(x.values())) == repr(list(y.values()))
+            assert _sharing(x) == _sharing(y)
+        else:
+            assert x == y, field
+
+
+def _table_by(route: str, path, monkeypatch, **kwargs):
+    """read_table through the C route or the Python one of _Builder._usual."""
+    with monkeypatch.context() as m:
+        if route == "Python":
+            m.setattr(table_module, "_Rows", None)
+        return read_table(path, **kwargs)
+
+
+@c_route
+def test_the_c_route_is_built_and_used():
+    build = table_module._Builder()
+    assert type(build._usual).__name__ == "Rows" and C_ROUTES
+
+
+@c_route
+@pytest.mark.parametrize("layout", ["lines", "indented"])
+def test_a_real_dump_reads_the_same_through_c_and_python(real_dump, tmp_path, monkeypatch, layout):
+    path = real_dump if layout == "lines" else _rewritten(real_dump, str(tmp_path / "indented"), indent=1)
+    c, python = _table_by("C", path, monkeypatch), _table_by("Python", path, monkeypatch)
+    assert_table_is_record_rows(c, path) > 100
+    assert_same_tables(c, python)
+
+
+@c_route
+def test_an_md5_dump_and_unusual_records_read_the_same_through_c_and_python(tmp_path, monkeypatch):
+    md5 = _dump(tmp_path / "md5", "L1", statistics={"summary_mode": "md5"})
+    assert_same_tables(_table_by("C", md5, monkeypatch), _table_by("Python", md5, monkeypatch))
+    t = json.loads(T % "1.0")
+    data = {"F.f.0.forward": {"input_args": [[t, {"k": t}], None, {"type": "int", "value": 1}],
+                              "input_kwargs": {"opts": {"inner": t}}, "parameters": {"w": t}, "output": t},
+            "F.k.0.forward": {"input_args": [{"type": "float", "value": 2.0, "requires_grad": True}, {"type": "int"}],
+                              "input_kwargs": {"a": {"type": "torch.Size", "dtype": "x", "value": [2]}},
+                              "output": [dict(t, data_name="F.k.0.forward.output.0.npy")]},
+            "F.k.1.forward": {"input_args": [t] * 20, "output": [dict(t, dtype="numpy.float32", type="numpy.ndarray")]}}
+    path = _lines(tmp_path / "dump.json", {"task": "statistics"}, data)
+    c = _table_by("C", path, monkeypatch)
+    assert_table_is_record_rows(c, path) == 30
+    assert_same_tables(c, _table_by("Python", path, monkeypatch))
+
+
+class _Text(str):
+    pass
+
+
+class _Size(int):
+    pass
+
+
+class _Float(float):
+    pass
+
+
+class _Object(dict):
+    pass
+
+
+def _nested(depth: int):
+    value = [2]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# what a damaged place may hold instead: JSON's types (and a few subclasses of them no parser makes)
+_HOSTILE = [lambda old: [old], lambda old: {"0": old}, lambda old: list(old.values()) if isinstance(old, dict) else old,
+            lambda old: 3, lambda old: -1, lambda old: 0, lambda old: True, lambda old: False, lambda old: None,
+            lambda old: "abc", lambda old: "", lambda old: 1.5, lambda old: float("nan"), lambda old: 2 ** 70,
+            lambda old: [[2]], lambda old: [1.0, 2], lambda old: ["x"], lambda old: {}, lambda old: [],
+            lambda old: _nested(120), lambda old: [2, 3], lambda old: [True, 3], lambda old: "torch.float16",
+            lambda old: {"type": "int", "value": 1}, lambda old: json.loads(T % "2.0"),
+            lambda old: _Text("x.npy"), lambda old: _Text("a/b"), lambda old: [_Size(2)], lambda old: _Float(1.0),
+            lambda old: _Object(old) if isinstance(old, dict) else old, lambda old: "../x.npy", lambda old: "x\0y",
+            lambda old: "..", lambda old: ".", lambda old: "x\\y", lambda old: {"dtype": "torch.float32"},
+            lambda old: [float(v) for v in old] if isinstance(old, list) and all(type(v) is int for v in old) else old]
+_ADDED_KEYS = ["md5", "data_name", "dtype", "shape", "type", "requires_grad", "Max", "Norm", "value"]
+
+
+def _damaged(rng, record):
+    """A deep copy of `record` with one to three places changed anywhere in its tree: a key removed, a key
+    added, or a value replaced by another type."""
+    import copy
+
+    record = copy.deepcopy(record)
+    for _ in range(rng.randint(1, 3)):
+        places = [(None, None)]
+
+        def walk(node):
+            items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+            for key, value in items:
+                places.append((node, key))
+                walk(value)
+        walk(record)
+        node, key = rng.choice(places)
+        action = rng.randrange(4)
+        if node is None:  # the record itself
+            record = rng.choice(_HOSTILE)(record)
+        elif action == 0 and isinstance(node, dict):
+            del node[key]
+        elif action == 1 and isinstance(node, dict):
+            node[rng.choice(_ADDED_KEYS)] = rng.choice(_HOSTILE)(None)
+        else:
+            node[key] = rng.choice(_HOSTILE)(node[key])
+    return record
+
+
+def _build(records: list, route: str, monkeypatch):
+    """The records through a _Builder of `route`: each one's outcome and _usual's answers, the builder."""
+    with monkeypatch.context() as m:
+        if route == "Python":
+            m.setattr(table_module, "_Rows", None)
+        build = table_module._Builder()
+    usual, answers, outcomes = build._usual, [], []
+    assert (type(usual).__name__ == "Rows") == (route == "C")
+
+    def recorded(record, parts):
+        answers.append(usual(record, parts))
+        return answers[-1]
+    build._usual = recorded
+    for i, (name, record) in enumerate(records):
+        try:
+            build.add(name, record, i, 1)
+            outcomes.append("read")
+        except table_module._Refused:
+            outcomes.append("refused")
+        except Exception as e:  # noqa: BLE001 - both routes must raise the same
+            outcomes.append(type(e).__name__)
+    return answers, outcomes, build
+
+
+def _edges() -> list:
+    """Records at each edge of _usual: each turn it takes, and the types it meets there."""
+    t = json.loads(T % "1.0")
+    value = {"type": "int", "value": 1}
+    outputs = [t, 3, None, "x", [t], dict(t, shape=[2.0]), dict(t, shape=[_Size(2)]), dict(t, shape=[True]),
+               dict(t, shape=[2, "x"]), dict(t, shape=[-1]), dict(t, shape=[2 ** 40, 2 ** 40]), dict(t, shape=None),
+               dict(t, shape=(2,)), dict(t, data_name=_Text("x.npy")), dict(t, data_name=_Text("a/b")),
+               dict(t, data_name=5), dict(t, data_name=""), dict(t, data_name="x.npy"), dict(t, data_name=None),
+               dict(t, Max=_Float(1.0)), dict(t, Max=1), _Object(t), dict(t, dtype=["torch.float32"]),
+               dict(t, dtype={"a": 1}), dict(t, dtype=float("nan")), dict(t, dtype=None), dict(t, requires_grad=1),
+               dict(t, requires_grad=True), dict(t, md5=None), {k: v for k, v in t.items() if k != "Norm"},
+               dict(t, type="numpy.ndarray", dtype="<U5"), dict(t, type=_Text("torch.Tensor")),
+               {"type": "float", "dtype": [1], "value": 1.0}, {"type": "float", "shape": [1], "value": 1.0},
+               {"type": "float", "value": [[1]]}, {"type": "float", "value": float("nan")}, {"type": None}]
+    records = [{"output": [leaf]} for leaf in outputs] + [{"output": leaf} for leaf in outputs]
+    records += [{"input_args": [t] * 30, "output": [t] * 9}, {"input_args": None, "output": [t]}, {"input_args": 3},
+                {"input_kwargs": {"shape": value}}, {"input_kwargs": {"dtype": "torch.float32", "x": t}},
+                {"input_kwargs": {"dtype": 3, "x": t}}, {"input_kwargs": {"type": 3, "a": t}},
+                {"input_kwargs": {1: t, _Text("k"): value, "v": value}}, {"output": {"0": t, "1": value}},
+                {"input": [t], "grad_output": (t,), "parameters": {"w": t}}, {"grad_input": [t, [t]]},
+                {"output": [{"type": "float", "dtype": _nested(5000)}]}, {"output": [t], "other": 1}]
+    return [(f"Functional.edge.{i}.forward", record) for i, record in enumerate(records)]
+
+
+@c_route
+def test_records_at_every_edge_get_the_same_rows_through_c_and_python(monkeypatch):
+    records = _edges()
+    c_answers, c_outcomes, c = _build(records, "C", monkeypatch)
+    p_answers, p_outcomes, python = _build(records, "Python", monkeypatch)
+    assert c_outcomes == p_outcomes and c_answers == p_answers
+    assert {"read", "refused", "RecursionError"} <= set(c_outcomes) and {True, False} <= set(c_answers)
+    assert_same_builders(c, python)
+
+
+def assert_same_builders(c, python):
+    for field in ("names", "suffix_codes", "dtype_codes", "shape_codes", "classes", "tensor_classes",
+                  "value_classes", "list_codes", "plans", "md5", "done"):
+        assert getattr(c, field) == getattr(python, field), field
+    assert list(c.values) == list(python.values)
+    for field in ("spans", "parts", "first_row"):
+        assert getattr(c, field) == getattr(python, field), field
+    c._flush(), python._flush()
+    for field in ("suffix_done", "row_class_done", "stats_done"):
+        assert getattr(c, field).tobytes() == getattr(python, field).tobytes(), field
+    assert list(c.objs) == list(python.objs)
+    assert all(c.objs[r] is python.objs[r] for r in c.objs)  # the same record objects went into both
+
+
+@c_route
+@pytest.mark.parametrize("seed", range(4))
+def test_randomly_damaged_records_get_the_same_rows_through_c_and_python(real_dump, monkeypatch, seed):
+    """A real dump's records and records shaped as the benchmark's, interleaved with 100 damaged copies of them:
+    the C route answers as the Python one, record by record, and leaves the builder in the same state."""
+    import random
+
+    rng = random.Random(seed)
+    with open(real_dump, encoding="utf-8") as f:
+        real = list(json.load(f)["data"].items())
+    t = json.loads(T % "1.0")
+    alpha = {"alpha": {"type": "float", "value": 1.0}}
+    usual = [{"input_args": [t, dict(t, requires_grad=True)], "input_kwargs": alpha,
+              "output": [dict(t, shape=[8, 128])]}, {"input": [t], "output": [t, t]}]
+    good = real + [(f"Functional.op.{i}.forward", usual[i % 2]) for i in range(20)]
+    records = []
+    for i in range(100):
+        name, record = good[rng.randrange(len(good))]
+        records.append((f"{name}.good{i}", record))
+        name, record = good[rng.randrange(len(good))]
+        records.append((f"{name}.damaged{i}", _damaged(rng, record)))
+    c_answers, c_outcomes, c = _build(records, "C", monkeypatch)
+    p_answers, p_outcomes, python = _build(records, "Python", monkeypatch)
+    assert c_outcomes == p_outcomes and c_answers == p_answers
+    assert "refused" in c_outcomes and True in c_answers and False in c_answers
+    assert_same_builders(c, python)

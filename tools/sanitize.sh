@@ -20,9 +20,10 @@ cd "$work"
 flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
 CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" \
     "$python" -c 'from setuptools import setup; setup()' build_ext --inplace -q >/dev/null
-[ "$(ls msprobe_lite/*/_fast_*.so | wc -l)" -ge 5 ] || { echo "sanitize.sh: the extensions did not build" >&2; exit 1; }
+[ "$(ls msprobe_lite/*/_fast_*.so | wc -l)" -ge 6 ] || { echo "sanitize.sh: the extensions did not build" >&2; exit 1; }
 tests=(tests/test_statistics.py tests/test_pytorch_l1.py tests/test_pytorch_l0.py tests/test_reliability.py
-       tests/test_bitwise.py tests/test_tasks.py tests/test_user_errors.py tests/test_crash_safety.py)
+       tests/test_bitwise.py tests/test_tasks.py tests/test_user_errors.py tests/test_crash_safety.py
+       tests/test_compare_table.py)
 [ $# -gt 0 ] && tests=("$@")
 # libasan must come first in the process; its interceptors then serve the uninstrumented interpreter too.
 # Reports go to files (pytest captures stderr, and an aborted test takes it along).

@@ -19,6 +19,7 @@ from operator import itemgetter
 import numpy as np
 from orjson import loads as _fast_loads  # about twice json's speed on a line; json reads what it refuses
 
+from ..core import native
 from ..core.small_file import SmallFileError, open_regular
 from .dtypes import known_dtype
 from .rows import _PARTS, RowError, _is_shape, plain_file_name, record_rows
@@ -32,6 +33,13 @@ _CHUNK = 1 << 20                             # bytes read at a time by the strea
 _NAN4 = (float("nan"),) * 4
 _BATCH = 16384                               # rows gathered in lists before they move to arrays
 _TENSOR_FIELDS = itemgetter("dtype", "shape", "Max", "Min", "Mean", "Norm")
+
+try:  # _Builder._usual in C (what it meets first calls back here); optional like the other kernels
+    native.require("_fast_table")
+    from ._fast_table import Rows as _Rows
+except ImportError:  # built without a C compiler
+    _Rows = None
+
 
 @dataclass(eq=False)  # numpy columns: compared by identity, not field by field
 class Table:
@@ -78,6 +86,8 @@ class _Builder:
         self.value_classes = {}   # (dtype text, role, requires_grad) -> class
         self.objs, self.values = {}, {}  # values: the value objects met, by content, shared between rows
         self.md5 = False
+        if _Rows is not None:  # the C route of _usual: it keeps these lists and dicts, so they are never replaced
+            self._usual = _Rows(self, plain_file_name, _NAN4)
 
     def add(self, name, record, offset: int, length: int) -> None:
         if record.__class__ is not dict or not name:
@@ -136,7 +146,7 @@ class _Builder:
     def _usual(self, record: dict, parts: tuple) -> bool:
         """The record's rows appended, if its parts are lists or objects of leaves whose tensors keep rows.Row's
         fast test with four float statistics; False for anything else (record_rows then makes them). One loop
-        for the whole record: this runs for every record of a large dump."""
+        for the whole record: this runs for every record of a large dump. _fast_table.c's Rows is this in C."""
         suffix, row_class, stats, tensor_classes = self.suffix, self.row_class, self.stats, self.tensor_classes
         try:
             for key, infix, role, known in parts:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-EXTENSIONS = ("_fast_capture", "_fast_encode", "_fast_stats", "_fast_stack", "_fast_json")
+EXTENSIONS = ("_fast_capture", "_fast_encode", "_fast_stats", "_fast_stack", "_fast_json", "_fast_table")
 _SETTING = os.environ.get("MSPROBE_LITE_PURE_PYTHON", "").strip()
 PURE_PYTHON = _SETTING not in ("", "0") and not set(_SETTING.split(",")) <= set(EXTENSIONS)
 LEFT_OUT = frozenset(EXTENSIONS) if PURE_PYTHON else frozenset(_SETTING.split(",")) & set(EXTENSIONS)
