@@ -110,9 +110,20 @@ class _Rows:
         ok &= self.tensor | self.value
         ok &= ~self.tensor | self._shapes()
         ok &= ~self.tensor | self._dtypes()
+        # scalar arguments: equal value objects are one object (compare/table.py), so each pair of objects met
+        # is judged once; `pair` numbers them, `pairs` holds them
+        self.pair, self.pairs = np.full(len(self.t), -1), []
+        seen: dict = {}
         for k in np.flatnonzero(self.value & ok).tolist():
-            tv, gv = scalar_value(t_tab.objs[int(self.t[k])]), scalar_value(g_tab.objs[int(self.g[k])])
-            ok[k] = tv == gv or (isinstance(tv, float) and isinstance(gv, float) and tv != tv and gv != gv)
+            t_obj, g_obj = t_tab.objs[int(self.t[k])], g_tab.objs[int(self.g[k])]
+            at = seen.get((id(t_obj), id(g_obj)))
+            if at is None:
+                tv, gv = scalar_value(t_obj), scalar_value(g_obj)
+                same = tv == gv or (isinstance(tv, float) and isinstance(gv, float) and tv != tv and gv != gv)
+                at = seen[id(t_obj), id(g_obj)] = len(self.pairs)
+                self.pairs.append((t_obj, g_obj, same))
+            ok[k] = self.pairs[at][2]
+            self.pair[k] = at
         self.ok = ok
         self.t_grad = t_tab.grad[self.t] & self.tensor
         self.g_grad = g_tab.grad[self.g]
@@ -416,43 +427,46 @@ class _State:
         number_columns = columns[6:-3]
         empty = np.zeros(numbers.shape, dtype=bool)
         cells: dict = {}
+        # a scalar argument: no measures, its value where a tensor's Max goes; each pair of objects done once
         scalars = np.flatnonzero(~r.tensor[lo:hi])
-        empty[scalars, :8] = True  # a scalar argument: no measures, its value where a tensor's Max goes
-        known: dict = {}  # equal value objects are one object (compare/table.py)
-        for i in scalars.tolist():
-            t, g = t_tab.objs[int(t_rows[i])], g_tab.objs[int(g_rows[i])]
-            values = known.get((id(t), id(g)))
-            if values is None:
-                values = known[id(t), id(g)] = [(j, v) for j, v in enumerate(
-                    (t.get("Max", t.get("value")), t.get("Min"), t.get("Mean"), t.get("Norm"),
-                     g.get("Max", g.get("value")), g.get("Min"), g.get("Mean"), g.get("Norm")), 8)]
-            for j, v in values:
+        empty[scalars, :8] = True
+        pair = r.pair[lo:hi][scalars]
+        for at in np.unique(pair).tolist():
+            lines = scalars[pair == at]
+            t, g, _ = r.pairs[at]
+            for j, v in enumerate((t.get("Max", t.get("value")), t.get("Min"), t.get("Mean"), t.get("Norm"),
+                                   g.get("Max", g.get("value")), g.get("Min"), g.get("Mean"), g.get("Norm")), 8):
                 if v.__class__ is float:
-                    numbers[i, j] = v
+                    numbers[lines, j] = v
                 elif v is None:
-                    empty[i, j] = True
+                    empty[lines, j] = True
                 else:
-                    cells.setdefault(number_columns[j], {})[i] = v
+                    cells.setdefault(number_columns[j], {}).update(dict.fromkeys(lines.tolist(), v))
         return report.Block(texts, numbers, number_columns, empty, cells, final=True)
 
     def _per_record(self) -> dict:
-        """Each record's names and verdict cells, and the texts gathered from them (made once)."""
+        """Each record's names and verdict cells, and the texts gathered from them, as the table's cells (a
+        name's first character is its row's): gathered, they need nothing more. Made once."""
         if self._texts is None:
             c, columns = self.calls, self.judge.columns
-            verdicts = [self._verdict_cells(k) for k in range(c.n)]
-            stacks = [one_line(self.stack(name)) for name in c.names] if self.target.stacks else [""] * c.n
-            texts = {"names": c.names, "golden_names": c.golden_names, "shapes": self.rows.shape_text,
-                     "t_dtypes": self.rows.t_tab.dtypes, "g_dtypes": self.rows.g_tab.dtypes,
-                     "t_suffixes": self.rows.t_tab.suffixes, "g_suffixes": self.rows.g_tab.suffixes,
-                     columns[-3]: [v[0] for v in verdicts], columns[-2]: [v[1] for v in verdicts],
-                     columns[-1]: stacks}
-            # as the table's cells (a name's first character is its row's): gathered, they need no more
-            self._texts = {key: values if key.endswith("suffixes") else list(map(report.text, values))
-                           for key, values in texts.items()}
+            results, messages = [PASS] * c.n, [None] * c.n
+            for k, v in self.verdicts.items():
+                results[k], messages[k] = v.result, report.text("; ".join(v.reasons))
+            few = {"shapes": self.rows.shape_text, "t_dtypes": list(map(report.text, self.rows.t_tab.dtypes)),
+                   "g_dtypes": list(map(report.text, self.rows.g_tab.dtypes)), "t_suffixes": self.rows.t_tab.suffixes,
+                   "g_suffixes": self.rows.g_tab.suffixes, columns[-3]: results, columns[-2]: messages}
+            many = {"names": c.names, "golden_names": c.golden_names,
+                    columns[-1]: [one_line(self.stack(name)) for name in c.names] if self.target.stacks else None}
             if self.native:
                 import polars as pl
 
-                self._texts = {key: pl.Series(values, dtype=pl.Utf8) for key, values in self._texts.items()}
+                self._texts = {key: pl.Series(values, dtype=pl.Utf8) for key, values in few.items()}
+                self._texts.update({key: pl.repeat(None, c.n, dtype=pl.Utf8, eager=True) if values is None
+                                    else report.as_cells(pl.Series(values, dtype=pl.Utf8))
+                                    for key, values in many.items()})
+            else:
+                self._texts = dict(few, **{key: [None] * c.n if values is None else list(map(report.text, values))
+                                           for key, values in many.items()})
         return self._texts
 
 

@@ -96,10 +96,18 @@ def write_csv(path: str, columns: list, rows: list) -> None:
     write_atomic(path, text.getvalue())
 
 
-def _append_csv(path: str, lines: list) -> None:
-    """One chunk of lines (values in column order) appended to the table; runs in the writer process."""
-    with open(path, "a", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows(_cells(lines))
+def _render_csv(lines: list) -> bytes:
+    """Lines (values in column order) as the table's text."""
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows(_cells(lines))
+    return text.getvalue().encode("utf-8")
+
+
+def _append(path: str, render, *what) -> None:
+    """render(*what) appended to the table; in the writer process, the chunks come in order."""
+    data = render(*what)
+    with open(path, "ab") as f:
+        f.write(data)
 
 
 class Block:
@@ -128,16 +136,16 @@ class Block:
         return out
 
 
-def _append_block_python(path: str, columns: list, block: Block) -> None:
-    """_append_block's text by the csv module: for a process forked from one whose polars threads ran (polars
+def _render_block_python(columns: list, block: Block) -> bytes:
+    """_render_block's text by the csv module: for a process forked from one whose polars threads ran (polars
     would wait for ever for threads that a fork does not copy)."""
-    _append_csv(path, block.lines(columns))
+    return _render_csv(block.lines(columns))
 
 
-def _append_block(path: str, columns: list, block: Block) -> None:
+def _render_block(columns: list, block: Block) -> bytes:
     import polars as pl
 
-    data = {name: values if block.final else _as_cells(pl.Series(name, values, pl.Utf8))
+    data = {name: values if block.final else as_cells(pl.Series(name, values, pl.Utf8))
             for name, values in block.texts.items()}
     lines = len(block.numbers)
     every = spelled(block.numbers.T.ravel())  # one column after the other
@@ -151,11 +159,12 @@ def _append_block(path: str, columns: list, block: Block) -> None:
             texts = texts.scatter(list(odd), [text(v) for v in odd.values()])
         data[name] = texts
     frame = pl.DataFrame([data[name].alias(name) for name in columns])
-    with open(path, "ab") as f:
-        frame.write_csv(f, include_header=False, line_terminator="\r\n", quote_style="necessary", null_value="")
+    out = io.BytesIO()
+    frame.write_csv(out, include_header=False, line_terminator="\r\n", quote_style="necessary", null_value="")
+    return out.getvalue()
 
 
-def _as_cells(texts):
+def as_cells(texts):
     """Text as cell() writes it: a formula's first character behind an apostrophe, an empty text as an
     empty cell (csv writes "" as nothing, polars as two quotes)."""
     import polars as pl
@@ -210,33 +219,36 @@ def spelled(values):
 class CsvSink:
     """The result table, written as the judge produces it, so the rows of a large comparison are never all
     in memory. With `background`, formatting and writing happen in a second process while the judge goes
-    on: turning millions of floats into text costs about as much as judging them. With `thread`, in a
-    second thread (blocks of columns: polars formats and writes them without holding the GIL).
-    The one writer takes the chunks in the order they were sent, so the file is the same. `native`: blocks
-    are written by polars, which must not run in a process forked from one whose polars threads ran (it
-    would wait for ever for threads that a fork does not copy); else by the csv module, the same text."""
+    on: turning millions of floats into text costs about as much as judging them. With `threads`, chunks are
+    formatted in that many threads (blocks of columns: polars formats them without holding the GIL) and
+    written here. Either way the chunks are written in the order they were sent, so the file is the same.
+    `native`: blocks are formatted by polars, which must not run in a process forked from one whose polars
+    threads ran (it would wait for ever for threads that a fork does not copy); else by the csv module, the
+    same text."""
 
     CHUNK = 20000
+    AHEAD = 4  # chunks formatted ahead of the writing: the memory a fast producer may take
 
     def __init__(self, path: str, columns: list, background: bool = False, native: bool = True,
-                 thread: bool = False):
+                 threads: int = 0):
         # The table grows in `{path}.partial` (mode 0o640) and takes its name only when complete.
         self.final, self.path, self.columns = path, path + ".partial", columns
         self.pick = operator.itemgetter(*columns)
         self.pending: list = []
-        self.pool = self.futures = None
+        self.process = self.threads = None
+        self.futures: list = []
         self.native = native  # polars may run in this process
-        self.append_block = _append_block if native else _append_block_python
+        self.render_block = _render_block if native else _render_block_python
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
         with open(fd, "w", newline="", encoding="utf-8") as f:
             os.fchmod(fd, FILE_MODE)  # the dump's mode, whatever the umask (as writer.write_atomic)
             csv.writer(f).writerow(columns)
         if background:
             from concurrent.futures import ProcessPoolExecutor
-            self.pool, self.futures = ProcessPoolExecutor(1), []
-        elif thread:
+            self.process = ProcessPoolExecutor(1)
+        elif threads:
             from concurrent.futures import ThreadPoolExecutor
-            self.pool, self.futures = ThreadPoolExecutor(1), []
+            self.threads = ThreadPoolExecutor(threads)
 
     def add(self, rows: list) -> None:
         self.add_lines(list(map(self.pick, rows)))
@@ -250,32 +262,41 @@ class CsvSink:
     def add_block(self, block: Block) -> None:
         """Lines as columns (compare/columnar.py), after the lines before them."""
         self._flush()
-        self._send(self.append_block, self.columns, block)
+        self._send(self.render_block, self.columns, block)
 
     def _flush(self) -> None:
         lines, self.pending = self.pending, []
         if lines:
-            self._send(_append_csv, lines)
+            self._send(_render_csv, lines)
 
-    def _send(self, append, *what) -> None:
-        if self.pool:
-            self.futures.append(self.pool.submit(append, self.path, *what))
-            while len(self.futures) > 3:  # a slower writer makes the judge wait: at most 3 chunks in memory
-                self.futures.pop(0).result()
+    def _send(self, render, *what) -> None:
+        if self.process:
+            self.futures.append(self.process.submit(_append, self.path, render, *what))
+        elif self.threads:
+            self.futures.append(self.threads.submit(render, *what))
         else:
-            append(self.path, *what)
+            _append(self.path, render, *what)
+        while len(self.futures) > self.AHEAD:  # a slower writer makes the judge wait
+            self._done(self.futures.pop(0))
+
+    def _done(self, future) -> None:
+        data = future.result()
+        if self.threads:
+            with open(self.path, "ab") as f:
+                f.write(data)
 
     def close(self) -> None:
         """Write what is left and wait for the writer; a failed write raises here. Then the table takes its
         name."""
         try:
             self._flush()
-            for future in self.futures or ():
-                future.result()
+            while self.futures:
+                self._done(self.futures.pop(0))
         finally:
-            if self.pool:
-                self.pool.shutdown(cancel_futures=True)
-                self.pool = None
+            for pool in (self.process, self.threads):
+                if pool:
+                    pool.shutdown(cancel_futures=True)
+            self.process = self.threads = None
         os.replace(self.path, self.final)
 
 
