@@ -234,21 +234,32 @@ _OPERATORS = {"__add__": "add", "__sub__": "sub", "__mul__": "mul", "__truediv__
               "__pow__": "pow", "__neg__": "neg", "__mod__": "remainder", "__floordiv__": "floor_divide"}
 
 
-def _operator_names(records, other) -> object:
-    """A renaming of `records`' operator calls (`Tensor.__mul__.0.forward`) to the method's name
-    (`Tensor.mul.0.forward`) where the other dump names them so and this one has no call of that name: one
-    run written by the reference tool, the other by msprobe_lite."""
-    def api(name):
-        if not name.startswith("Tensor."):
-            return None
-        parts = name.split(".")
-        return parts[1] if len(parts) >= 4 else None
-    mine, theirs = {api(n) for n in records}, {api(n) for n in other}
+def _operator_names(records, other) -> tuple:
+    """(records' renaming, other's renaming) of operator calls (`Tensor.__mul__.0.forward`) to the method's
+    name (`Tensor.mul.0.forward`) where the other dump names them so and this one has no call of that name:
+    one run written by the reference tool, the other by msprobe_lite."""
+    mine, theirs = _tensor_apis(records), _tensor_apis(other)
+    return _operator_renaming(mine, theirs), _operator_renaming(theirs, mine)
+
+
+def _tensor_api(name):
+    if not name.startswith("Tensor."):
+        return None
+    parts = name.split(".")
+    return parts[1] if len(parts) >= 4 else None
+
+
+def _tensor_apis(names) -> set:
+    return {_tensor_api(n) for n in names if n.startswith("Tensor.")}
+
+
+def _operator_renaming(mine: set, theirs: set):
     renamed = {dunder: plain for dunder, plain in _OPERATORS.items()
                if dunder in mine and plain in theirs and plain not in mine and dunder not in theirs}
     if not renamed:
         return _as_is
-    return lambda name: f"Tensor.{renamed[api(name)]}.{name.split('.', 2)[2]}" if api(name) in renamed else name
+    return lambda name: f"Tensor.{renamed[_tensor_api(name)]}.{name.split('.', 2)[2]}" \
+        if _tensor_api(name) in renamed else name
 
 
 def _classes_differ(pairs, t_names, g_names) -> str:
@@ -345,8 +356,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
     rename_g = g_names.record if g_names else _as_is
     if across:  # API namespaces and a port's own class names do not take part in pairing
         rename_t, rename_g = _compose(rename_t, _across_free), _compose(rename_g, _across_free)
-    t_operators, g_operators = _operator_names(target.records, golden.records), _operator_names(golden.records,
-                                                                                               target.records)
+    t_operators, g_operators = _operator_names(target.records, golden.records)
     names_as_they_are = rename is _as_is and not across and t_operators is _as_is and g_operators is _as_is
     rename_t, rename_g = _compose(rename_t, t_operators), _compose(rename_g, g_operators)
     note, by_parent = _levels(target.level, golden.level)
@@ -364,7 +374,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         judge = Judge(mode, None, *_row_tails(t_names, g_names), distributed=rank is not None, later_step=bool(step))
         walked = columnar.walk(*tables, target, golden, judge, step, None if names_as_they_are else rename_t,
                                rename_g, lambda: report.CsvSink(csv_path, judge.columns, native=native_csv,
-                                                                threads=2 if native_csv else 0))
+                                                                threads=1 if native_csv else 0))
         if walked is not None:
             return _finish(walked, mode, note, step, rank, target, golden, target_path, golden_path, rename,
                            csv_path, [csv_path], judge.files_not_read)

@@ -12,6 +12,7 @@ the two routes give the same verdicts, reasons and table (tests/test_compare_col
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -58,10 +59,18 @@ class _Calls:
 
     def __init__(self, names: list, golden_names: list):
         self.names, self.golden_names, self.n = names, golden_names, len(names)
-        split = [split_name(name) for name in names]
-        self.bases = [base for base, _, _ in split]
+        split = [_split(name) for name in names]
+        self.bases = [sys.intern(base) for base, _, _ in split]  # a few hundred APIs: one text each
         self.indexes = [index for _, _, index in split]
         self.direction = np.array([_DIRECTION.get(direction, OTHER) for _, direction, _ in split], dtype=np.int8)
+
+
+def _split(name: str) -> tuple:
+    """pair.split_name, its usual case (`Functional.linear.3.forward`) first."""
+    base, index, direction = name.rsplit(".", 2) if name.count(".") >= 2 else (name, "", "")
+    if direction in _DIRECTION and index.isdigit():
+        return base, direction, int(index)
+    return split_name(name)
 
 
 def _calls(t_tab, g_tab, target, golden, judge, rename_t, rename_g) -> _Calls | None:
@@ -97,9 +106,10 @@ class _Rows:
         self.t_tab, self.g_tab = t_tab, g_tab
         t_counts, g_counts = np.diff(t_tab.first_row), np.diff(g_tab.first_row)
         self.same_count = t_counts == g_counts
-        self.t = np.flatnonzero(np.repeat(self.same_count, t_counts))
-        self.g = np.flatnonzero(np.repeat(self.same_count, g_counts))
-        self.rec = np.repeat(np.arange(n), np.where(self.same_count, t_counts, 0))
+        # row indices fit int32 (a dump.json of 2**31 rows would be hundreds of GB); half of int64's memory
+        self.t = np.flatnonzero(np.repeat(self.same_count, t_counts)).astype(np.int32)
+        self.g = np.flatnonzero(np.repeat(self.same_count, g_counts)).astype(np.int32)
+        self.rec = np.repeat(np.arange(n, dtype=np.int32), np.where(self.same_count, t_counts, 0))
         t_code = {s: k for k, s in enumerate(t_tab.suffixes)}
         g_in_t = _array([t_code.get(s, -1) for s in g_tab.suffixes], np.int64)
         ok = t_tab.suffix[self.t] == g_in_t[g_tab.suffix[self.g]]
@@ -149,12 +159,10 @@ class _Rows:
 
     def _dtypes(self):
         """Whether the two rows' dtypes agree as Judge._row has them (the same, or both floats, both
-        integers); each pair's precision, and whether the golden's is a float."""
-        t_tab, g_tab = self.t_tab, self.g_tab
-        width = max(len(g_tab.dtypes), 1)
-        key = t_tab.dtype[self.t].astype(np.int64) * width + g_tab.dtype[self.g]
-        distinct, where = np.unique(key, return_inverse=True)
-        pairs = [(t_tab.dtypes[k // width], g_tab.dtypes[k % width]) for k in distinct.tolist()]
+        integers); each pair's precision, and whether the golden's is a float. Each pair of dtypes once."""
+        t_types, g_types = self.t_tab.dtypes, self.g_tab.dtypes
+        pairs = [(t, g) for t in t_types for g in g_types]  # a few dtypes a side
+        where = self.t_tab.dtype[self.t].astype(np.int64) * max(len(g_types), 1) + self.g_tab.dtype[self.g]
         self.eps = _array([max(eps_of(t), eps_of(g)) for t, g in pairs], float)[where]
         self.golden_float = _array([dtype_kind(g) == "float" for _, g in pairs], bool)[where]
         return _array([t == g or same_dtype(t) == same_dtype(g) or dtype_kind(t) == dtype_kind(g) in ("float", "int")
@@ -217,11 +225,13 @@ def _segment_max(values, rec, n: int, default: float) -> np.ndarray:
     return out
 
 
-def _judged_alone(name: str, base: str, direction: int) -> bool:
-    """Records whose verdict needs more than their measures: not a call (no direction), a dropout or a
+def _judged_alone(calls: _Calls) -> np.ndarray:
+    """The records whose verdict needs more than their measures: not a call (no direction), a dropout or a
     collective (their verdict names them), a record two tools write for two quantities."""
-    return direction == OTHER or "dropout" in name.lower() or name.startswith("Distributed.") or \
-        quantities.may_differ(base, "backward" if direction == BACKWARD else "forward")
+    direction = calls.direction.tolist()
+    return np.array([d == OTHER or "dropout" in name.lower() or name.startswith("Distributed.") or
+                     quantities.may_differ(base, "backward" if d == BACKWARD else "forward")
+                     for name, base, d in zip(calls.names, calls.bases, direction)], dtype=bool)
 
 
 class _State:
@@ -232,8 +242,7 @@ class _State:
         self.judge, self.step = judge, step
         n, r, d = calls.n, rows, calls.direction
         plain = np.bincount(r.rec[~r.ok], minlength=n) == 0
-        alone = np.array([_judged_alone(*x) for x in zip(calls.names, calls.bases, d.tolist())], dtype=bool)
-        self.regular = r.same_count & plain & ~alone
+        self.regular = r.same_count & plain & ~_judged_alone(calls)
         self.coarsest = r.coarsest()
         self.eps = np.maximum(_segment_max(r.eps, r.rec, n, 0.0), self.coarsest)
         self.inputs_size, self.row_err = self._noise_floor()
@@ -277,6 +286,12 @@ class _State:
         stacks = self.target.stacks
         return (stacks.get(name) or stacks.get(place_of(name)) or []) if stacks else []
 
+    def forward_of(self) -> np.ndarray:
+        """Each backward record's forward call (its record index), or -1."""
+        c = self.calls
+        return np.array([self.forward_at.get((b, i), -1) if x == BACKWARD else -1
+                         for b, i, x in zip(c.bases, c.indexes, c.direction.tolist())], dtype=np.int64)
+
     def _upstream(self, k: int) -> float:
         """What a backward record also depends on: its forward call's input difference, if judged before it."""
         if self.calls.direction[k] != BACKWARD:
@@ -313,8 +328,10 @@ class _State:
     def judge_regular(self) -> None:
         """The plain records: their state from the columns; a verdict from the judge for each that may not pass."""
         c, r, n, d = self.calls, self.rows, self.calls.n, self.calls.direction
-        for k in np.flatnonzero(self.regular & (d == BACKWARD)).tolist():
-            self.in_err[k] = max(self.in_err[k], self._upstream(k))
+        # a plain backward record's input difference: its forward call's too, when that was judged before it
+        forward_of = self.forward_of()
+        backward = np.flatnonzero(self.regular & (d == BACKWARD) & (forward_of >= 0) & (forward_of < np.arange(n)))
+        self.in_err[backward] = np.maximum(self.in_err[backward], self.in_err[forward_of[backward]])
         seen = {x: np.concatenate(([0.0], np.maximum.accumulate(np.where(d == x, self.out_err, 0.0))[:-1]))
                 for x in (FORWARD, BACKWARD)}
         self.after_backward = (d == FORWARD) & self.backward_before

@@ -227,7 +227,7 @@ class CsvSink:
     same text."""
 
     CHUNK = 20000
-    AHEAD = 4  # chunks formatted ahead of the writing: the memory a fast producer may take
+    AHEAD = 2  # chunks formatted ahead of the writing: the memory a fast producer may take
 
     def __init__(self, path: str, columns: list, background: bool = False, native: bool = True,
                  threads: int = 0):
