@@ -218,6 +218,7 @@ class _Records(Mapping):
     def __init__(self, table):
         self._table = table
         self._index = None
+        self._fd = None  # opened at the first record asked for, closed with this object
 
     def __len__(self) -> int:
         return len(self._table.names)
@@ -235,9 +236,12 @@ class _Records(Mapping):
 
     def __getitem__(self, name):
         offset, length = (int(v) for v in self._table.spans[self._where()[name]])
-        with open(self._table.path, "rb") as f:
-            f.seek(offset)
-            return json.loads(f.read(length))
+        if self._fd is None:
+            import weakref
+
+            self._fd = os.open(self._table.path, os.O_RDONLY)
+            weakref.finalize(self, os.close, self._fd)
+        return json.loads(os.pread(self._fd, length, offset))
 
 
 def _table_roles(table) -> frozenset:

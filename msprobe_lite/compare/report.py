@@ -143,21 +143,22 @@ def _render_block_python(columns: list, block: Block) -> bytes:
 
 
 def _render_block(columns: list, block: Block) -> bytes:
+    import numpy as np
     import polars as pl
 
     data = {name: values if block.final else as_cells(pl.Series(name, values, pl.Utf8))
             for name, values in block.texts.items()}
     lines = len(block.numbers)
-    every = spelled(block.numbers.T.ravel())  # one column after the other
+    every = spelled(block.numbers.T.ravel())  # one column after the other: each change made once for all
+    empty = np.flatnonzero(block.empty.T.ravel())
+    if empty.size:
+        every = every.scatter(empty, None)
+    odd = [(j * lines + i, text(v)) for j, name in enumerate(block.number_columns)
+           for i, v in block.cells.get(name, {}).items()]
+    if odd:
+        every = every.scatter([at for at, _ in odd], [v for _, v in odd])
     for j, name in enumerate(block.number_columns):
-        texts = every.slice(j * lines, lines)
-        empty = block.empty[:, j]
-        if empty.any():
-            texts = texts.scatter(empty.nonzero()[0], None)
-        odd = block.cells.get(name)
-        if odd:
-            texts = texts.scatter(list(odd), [text(v) for v in odd.values()])
-        data[name] = texts
+        data[name] = every.slice(j * lines, lines)
     frame = pl.DataFrame([data[name].alias(name) for name in columns])
     out = io.BytesIO()
     frame.write_csv(out, include_header=False, line_terminator="\r\n", quote_style="necessary", null_value="")
