@@ -32,7 +32,7 @@ if [ ! -f "$stamp" ]; then
   echo "setting up $VENV for the MSAdapter lane (first run only)..." >&2
   "$PY39" -m venv "$VENV"
   PYTHONWARNINGS=ignore "$VENV/bin/python" -m pip install -q "mindspore==2.0.0" "msadapter==0.1.0" "numpy<1.24" \
-    "pillow<10" "protobuf<4" typing_extensions "pydantic>=2" pyyaml zlib-ng pytest
+    "pillow<10" "protobuf<4" typing_extensions "pydantic>=2" pyyaml zlib-ng orjson polars pytest
   PYTHONWARNINGS=ignore "$VENV/bin/python" -m pip install -q --no-deps -e .
   rm -f "$VENV"/.ready-*
   touch "$stamp"

@@ -191,7 +191,24 @@ _ONE_EXPONENT_DIGIT = (1e-09, 1e-05)     # 1.5e-7 in polars, 1.5e-07 in Python
 
 
 def spelled(values):
-    """Each float64 of `values` as its repr (a polars Series of text; inf and nan as cell() spells them)."""
+    """Each float64 of `values` as its repr (a polars Series of text; inf and nan as cell() spells them). Where
+    this polars spells a probe of every kind otherwise (its versions differ), from repr itself, slowly."""
+    import polars as pl
+
+    global _SPELLS_RIGHT
+    if _SPELLS_RIGHT is None:
+        probe = [1e-05, 1.5e-05, 1e-04, 2.5e-07, 1e-09, 9.99e-10, 1e-300, 5e-324, 0.1, 123.0, 1e15, 1e16,
+                 1.7976931348623157e308, 0.0, -0.0, float("inf"), float("-inf"), float("nan"), -1.5e-05]
+        _SPELLS_RIGHT = _spelled(__import__("numpy").array(probe)).to_list() == [text(v) for v in probe]
+    if not _SPELLS_RIGHT:
+        return pl.Series([text(v) for v in values.tolist()], dtype=pl.Utf8)
+    return _spelled(values)
+
+
+_SPELLS_RIGHT = None  # whether _spelled gives repr's text with this polars (tried on the first table)
+
+
+def _spelled(values):
     import numpy as np
     import polars as pl
 
@@ -200,7 +217,10 @@ def spelled(values):
     with np.errstate(invalid="ignore"):
         positional = np.flatnonzero((size >= _POSITIONAL_IN_POLARS[0]) & (size < _POSITIONAL_IN_POLARS[1]))
         padded = np.flatnonzero((size >= _ONE_EXPONENT_DIGIT[0]) & (size < _ONE_EXPONENT_DIGIT[1]))
+        large = np.flatnonzero((size >= 1e16) & np.isfinite(size))
     nan = np.flatnonzero(np.isnan(values))
+    if large.size:  # polars 1 writes 1e16 as 1e16, polars 2 as 1e+16 (repr's)
+        texts = texts.scatter(large, texts.gather(large).str.replace(r"e(\d)", "e+${1}"))
     if padded.size:  # 1.5e-7 -> 1.5e-07
         short = texts.gather(padded)
         texts = texts.scatter(padded, pl.select(pl.concat_str([short.str.head(-1), pl.lit("0"),
