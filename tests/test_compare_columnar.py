@@ -203,3 +203,53 @@ def test_pairs_compared_in_forked_workers_after_polars_ran_here(tmp_path, golden
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120, cwd=os.path.dirname(__file__) + "/..")
     compare(str(target), str(gold), str(tmp_path / "here"), quiet=True, workers=1)
     assert _outputs(tmp_path / "workers") == _outputs(tmp_path / "here")
+
+
+def _edited(golden, tmp_path, edit, layout="lines"):
+    """Target and golden from the real L1 dump, `edit(data, side)` applied to each side's records."""
+    with open(os.path.join(golden, "step0", "rank", "dump.json")) as f:
+        content = json.load(f)
+    header = {k: v for k, v in content.items() if k != "data"}
+    for side in ("t", "g"):
+        data = copy.deepcopy(content["data"])
+        edit(data, side)
+        _write(tmp_path / side / "step0" / "rank", header, data, layout)
+    return tmp_path / "t" / "step0" / "rank", tmp_path / "g" / "step0" / "rank"
+
+
+def test_an_integer_beyond_64_bits_is_read_exactly(tmp_path, monkeypatch, golden):
+    """orjson reads an integer beyond 64 bits as a float (2**70 and 2**70 + 1 alike): such a line is read by
+    json, and the argument that differs is said by both routes."""
+    def edit(data, side):
+        record = data[next(iter(data))]
+        record.setdefault("input_kwargs", {})["zz"] = {"type": "int", "value": 2 ** 70 + (side == "g")}
+    target, gold = _edited(golden, tmp_path, edit)
+    assert both_routes(target, gold, tmp_path, monkeypatch)
+    with open(tmp_path / "columns" / "summary.json") as f:
+        warning = json.load(f)["pairs"][0]["first_warning"]
+    assert "argument input.zz differs: target 1180591620717411303424, golden 1180591620717411303425" in \
+        warning["reason"]
+
+
+def test_names_a_spreadsheet_would_run_are_neutralised_in_the_table_only(tmp_path, monkeypatch, golden):
+    """A record named like a formula (`=...`): the table writes `'=...`, report.html the name itself."""
+    def edit(data, side):
+        name = next(n for n in data if n.startswith("Tensor.") or n.startswith("Functional."))
+        record = data.pop(name)
+        if side == "t":
+            record["output"][0]["Mean"] *= 1.5
+        data["=" + name] = record
+    target, gold = _edited(golden, tmp_path, edit)
+    assert both_routes(target, gold, tmp_path, monkeypatch)
+
+
+def test_a_construct_json_that_is_a_fifo_is_said_not_waited_for(tmp_path, golden):
+    import shutil
+
+    folder = tmp_path / "t" / "step0" / "rank"
+    shutil.copytree(os.path.join(golden, "step0", "rank"), folder)
+    os.remove(folder / "construct.json")
+    os.mkfifo(folder / "construct.json")
+    from msprobe_lite.compare import CompareError
+    with pytest.raises(CompareError, match="construct.json"):
+        compare(str(folder), os.path.join(golden, "step0", "rank"), str(tmp_path / "out"), quiet=True)

@@ -178,8 +178,13 @@ def _tables(target_path: str, golden_path: str, parallel: bool):
     if isinstance(target_path, NativeRef) or isinstance(golden_path, NativeRef) or \
             has_hierarchy(target_path) or has_hierarchy(golden_path):  # modules (L0, mix): not the columns' kind
         return None
+    from concurrent.futures.process import BrokenProcessPool
+
     paths = [target_path, golden_path]
-    tables = read_tables(paths, parallel and sum(map(os.path.getsize, paths)) >= PARALLEL_READ_MIN)
+    try:
+        tables = read_tables(paths, parallel and sum(map(os.path.getsize, paths)) >= PARALLEL_READ_MIN)
+    except (OSError, BrokenProcessPool):  # a file gone, a reader killed (memory): load_dump says what it meets
+        return None
     return tables if all(tables) else None
 
 

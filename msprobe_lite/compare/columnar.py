@@ -5,8 +5,8 @@ same calls in the same order. For such a pair (`walk` says which; None for any o
 judges call by call) every row's measures, every call's input and output difference and the state that
 carries from call to call are computed on numpy columns (compare/table.py reads them). A call that the
 columns show to pass is a pass. Each other call gets its verdict from judge.Judge: from its measures
-(`Judge.measured`), or from its rows (`Judge.judge`) where they are not plain (NaN/Inf, an integer tensor, a
-shape or a setting that differs), with the state that the calls before it leave. Same rules, same numbers:
+(`Judge.measured`), or from its rows (`Judge.judge`) where they are not plain (NaN/Inf, integer statistics,
+a shape or a setting that differs), with the state that the calls before it leave. Same rules, same numbers:
 the two routes give the same verdicts, reasons and table (tests/test_compare_columnar.py runs both).
 """
 from __future__ import annotations
@@ -21,13 +21,12 @@ from .judge import (AMPLIFICATION, ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, W
                     scalar_value)
 from .metrics import eps_of
 from .pair import Pair, dtype_kind, signature, split_name
-from .sequence import Walk, nonfinite_origin, one_line, place_of, requires_grad
+from .sequence import Walk, found_call, first_warning_kind, nonfinite_origin, one_line, place_of, requires_grad
 
 FORWARD, BACKWARD, OTHER = 0, 1, 2
 _DIRECTION = {"forward": FORWARD, "backward": BACKWARD}
 _RESULT = {PASS: 0, WARNING: 1, ERROR: 2}
 _EXACT_COUNT = 2 ** 53  # counts of values that float64 holds exactly: numpy then divides and roots as Python
-_AMPLIFIED = ("amplified", "aligned with")  # a warning that is only the update's noise (sequence.walk)
 _BLOCK = 4096  # records written to the table at a time
 _CHUNK = 1 << 16  # rows measured at a time
 
@@ -252,8 +251,12 @@ class _State:
         backward_at = np.flatnonzero(d == BACKWARD)
         self.backward_before = np.arange(n) > (int(backward_at[0]) if backward_at.size else n)
         self.asked = ((d == FORWARD) & apis_asked & ~self.backward_before) | ((d == BACKWARD) & ~self.backward_before)
-        self.forward_at = {(b, i): k for k, (b, i, x) in enumerate(zip(calls.bases, calls.indexes, d.tolist()))
-                           if x == FORWARD}
+        forward_at = {(b, i): k for k, (b, i, x) in enumerate(zip(calls.bases, calls.indexes, d.tolist()))
+                      if x == FORWARD}
+        # each backward record's forward call (its index), where judged before it: what it also depends on
+        self.forward_of = np.array([forward_at.get((b, i), n) if x == BACKWARD else n
+                                    for b, i, x in zip(calls.bases, calls.indexes, d.tolist())], dtype=np.int64)
+        self.forward_of[self.forward_of >= np.arange(n)] = -1
         self.verdicts: dict = {}   # record -> its Verdict, for every record that is not a plain pass
         self.row_dicts: dict = {}  # record -> its rows as Judge.judge made them (records judged on their rows)
         self._texts = None         # _per_record's
@@ -286,18 +289,10 @@ class _State:
         stacks = self.target.stacks
         return (stacks.get(name) or stacks.get(place_of(name)) or []) if stacks else []
 
-    def forward_of(self) -> np.ndarray:
-        """Each backward record's forward call (its record index), or -1."""
-        c = self.calls
-        return np.array([self.forward_at.get((b, i), -1) if x == BACKWARD else -1
-                         for b, i, x in zip(c.bases, c.indexes, c.direction.tolist())], dtype=np.int64)
-
     def _upstream(self, k: int) -> float:
         """What a backward record also depends on: its forward call's input difference, if judged before it."""
-        if self.calls.direction[k] != BACKWARD:
-            return 0.0
-        j = self.forward_at.get((self.calls.bases[k], self.calls.indexes[k]))
-        return float(self.in_err[j]) if j is not None and j < k else 0.0
+        j = int(self.forward_of[k])
+        return float(self.in_err[j]) if j >= 0 else 0.0
 
     def judge_irregular(self) -> None:
         """The records that are not plain, one by one on their rows, in order: each with the largest output
@@ -329,9 +324,8 @@ class _State:
         """The plain records: their state from the columns; a verdict from the judge for each that may not pass."""
         c, r, n, d = self.calls, self.rows, self.calls.n, self.calls.direction
         # a plain backward record's input difference: its forward call's too, when that was judged before it
-        forward_of = self.forward_of()
-        backward = np.flatnonzero(self.regular & (d == BACKWARD) & (forward_of >= 0) & (forward_of < np.arange(n)))
-        self.in_err[backward] = np.maximum(self.in_err[backward], self.in_err[forward_of[backward]])
+        backward = np.flatnonzero(self.regular & (self.forward_of >= 0))
+        self.in_err[backward] = np.maximum(self.in_err[backward], self.in_err[self.forward_of[backward]])
         seen = {x: np.concatenate(([0.0], np.maximum.accumulate(np.where(d == x, self.out_err, 0.0))[:-1]))
                 for x in (FORWARD, BACKWARD)}
         self.after_backward = (d == FORWARD) & self.backward_before
@@ -378,8 +372,7 @@ class _State:
         first: dict = {}
         for k in sorted(self.verdicts):
             v = self.verdicts[k]
-            warned = v.result == WARNING and v.comparable and not (
-                d[k] == FORWARD and self.backward_before[k] and all(x.startswith(_AMPLIFIED) for x in v.reasons))
+            warned = first_warning_kind(v, d[k] == FORWARD and self.backward_before[k])
             slots = [slot for slot, hit in (("first", v.introduced),
                                             ("first_error", v.result == ERROR and not files_only(v)),
                                             ("first_warning", warned), ("first_seen", v.first_seen))
@@ -387,10 +380,7 @@ class _State:
             if not slots:
                 continue
             name = c.names[k]
-            found = {"name": name, "golden_name": c.golden_names[k], "reason": "; ".join(v.reasons),
-                     "stack": self.stack(name),
-                     "parents": self.target.parent_chain(name) or self.target.parent_chain(place_of(name)),
-                     "input_difference": v.in_err, "output_difference": v.out_err}
+            found = found_call(name, c.golden_names[k], v, self.stack(name), self.target)
             columns = self.judge.columns
             walked.named_rows[name] = [{key: row[columns.index(key)] for key in html_report.CALL_COLUMNS}
                                        for row in self._record_lines(k, columns)]
@@ -424,8 +414,15 @@ class _State:
         """Record k's lines, values in column order, for report.html (shapes as the table's text)."""
         if k in self.row_dicts:
             return [tuple(row[key] for key in columns) for row in self.row_dicts[k]]
-        lo, hi = (int(x) for x in np.searchsorted(self.rows.rec, [k, k + 1]))
-        return self._block(lo, hi, columns).lines(columns)
+        r = self.rows
+        lo, hi = (int(x) for x in np.searchsorted(r.rec, [k, k + 1]))
+        lines = self._block(lo, hi, columns).lines(columns)
+        # the names and dtypes as the judge has them (the block's are the table's cells: '=... for a formula)
+        raw = zip((self.calls.names[k] + r.t_tab.suffixes[s] for s in r.t_tab.suffix[r.t[lo:hi]].tolist()),
+                  (self.calls.golden_names[k] + r.g_tab.suffixes[s] for s in r.g_tab.suffix[r.g[lo:hi]].tolist()),
+                  (r.t_tab.dtypes[d] for d in r.t_tab.dtype[r.t[lo:hi]].tolist()),
+                  (r.g_tab.dtypes[d] for d in r.g_tab.dtype[r.g[lo:hi]].tolist()))
+        return [(*names, *line[4:]) for names, line in zip(raw, lines)]
 
     def _block(self, lo: int, hi: int, columns: list) -> report.Block:
         """Rows lo..hi, all of plain records, as Judge._row and Judge._finish_rows make them."""

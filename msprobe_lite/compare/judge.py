@@ -256,7 +256,8 @@ def files_only(verdict) -> bool:
     return all(r.startswith((TENSOR_FILE_NOT_READ, "aligned with ")) for r in verdict.reasons)
 
 
-def _worse(a: str, b: str) -> str:
+def worse(a: str, b: str) -> str:
+    """The worse of two results (error over warning over pass; unmatched above all)."""
     return a if _RANK[a] >= _RANK[b] else b
 
 
@@ -659,7 +660,7 @@ class Judge:
                 severity = ERROR if p.startswith(("shape", "dtype", "target output has NaN", "tensor files",
                                                   MD5_DIFFERS, TENSOR_FILE_NOT_READ)) \
                     else UNMATCHED if p.startswith((_ROW_ONLY, *_ROWS_OWN)) else WARNING
-                result = _worse(result, severity)
+                result = worse(result, severity)
                 if p.startswith(_ROWS_OWN):  # the row's own result, not the call's
                     own = p
                 elif p not in verdict.reasons:

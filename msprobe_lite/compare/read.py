@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..core.small_file import SmallFileError, file_kind, open_regular
+from ..core.small_file import SmallFileError, file_kind, open_regular, read_small_text
 
 
 class DumpError(ValueError):
@@ -201,15 +201,15 @@ def _dump(dump_json: str, step, rank, header: dict, records) -> Dump:
 
 
 def has_hierarchy(dump_json: str) -> bool:
-    """Whether the construct.json beside a dump.json names a parent (modules: L0, mix; an L1 dump's is {})."""
+    """Whether the construct.json beside a dump.json names a parent (modules: L0, mix; an L1 dump's is {}).
+    True where it cannot be read here: load_dump then says what is wrong with it."""
     construct = os.path.join(os.path.dirname(os.path.abspath(dump_json)), "construct.json")
+    if not os.path.lexists(construct):
+        return False
     try:
-        if os.path.getsize(construct) > 64:
-            return True
-        with open(construct, "rb") as f:
-            return json.loads(f.read() or b"{}") != {}
-    except (OSError, ValueError):  # none (an L1 dump of the reference tool), or one load_dump will name
-        return os.path.lexists(construct)
+        return os.path.getsize(construct) > 64 or json.loads(read_small_text(construct) or "{}") != {}
+    except (OSError, ValueError, SmallFileError):
+        return True
 
 
 class _Records(Mapping):
@@ -241,7 +241,11 @@ class _Records(Mapping):
 
             self._fd = os.open(self._table.path, os.O_RDONLY)
             weakref.finalize(self, os.close, self._fd)
-        return json.loads(os.pread(self._fd, length, offset))
+        try:
+            return json.loads(os.pread(self._fd, length, offset))
+        except ValueError:  # the file changed since it was read
+            raise DumpError(f"{self._table.path}: record {name!r} is no longer where it was when read: was "
+                            f"the dump rewritten meanwhile?") from None
 
 
 def _table_roles(table) -> frozenset:

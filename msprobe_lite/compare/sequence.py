@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from ..core.naming import counterpart
 from . import html_report, nonfinite, report, tensors
-from .judge import (AMPLIFICATION, ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, files_only)
+from .judge import (AMPLIFICATION, ERROR, NO_GRAD_INPUTS, PASS, TOLERANCE_EPS, UNMATCHED, WARNING, files_only,
+                    worse)
 from .metrics import eps_of
 from .pair import dtype_kind, is_module, split_name
 from .rows import INPUT, OUTPUT, params_grad_owner
@@ -139,6 +140,22 @@ def nonfinite_origin(verdict, target, name, step, follows: bool, forward_pass: b
         verdict.introduced = weight
         verdict.result = ERROR
         verdict.reasons = [reason]
+
+
+def first_warning_kind(verdict, after_backward: bool) -> bool:
+    """Whether a warning may be the answer's first warning: not an amplification after the backward pass (the
+    optimizer's update from a gradient that is zero in exact arithmetic, attention's key bias, a bias before
+    BatchNorm, is rounding noise that Adam scales to a full step: in the table only; a setting that differs
+    still is one)."""
+    return verdict.result == WARNING and verdict.comparable and not (
+        after_backward and all(r.startswith(("amplified", "aligned with")) for r in verdict.reasons))
+
+
+def found_call(name: str, golden_name: str, verdict, stack: list, target) -> dict:
+    """A call the answer names: summary.json's first_divergence, first_error, first_warning, first_seen."""
+    return {"name": name, "golden_name": golden_name, "reason": "; ".join(verdict.reasons), "stack": stack,
+            "parents": target.parent_chain(name) or target.parent_chain(place_of(name)),
+            "input_difference": verdict.in_err, "output_difference": verdict.out_err}
 
 
 def walk(pairs, target, golden, judge, inner: dict, sink, step, across: bool, xlsx: bool,
@@ -292,23 +309,13 @@ def walk(pairs, target, golden, judge, inner: dict, sink, step, across: bool, xl
         module = _module_of(target, pair.target)
         if module:
             worst, result = modules.get(module, (0.0, PASS))
-            modules[module] = (max(worst, verdict.out_err), verdict.result if
-                               {PASS: 0, WARNING: 1, ERROR: 2}[verdict.result] > {PASS: 0, WARNING: 1, ERROR: 2}[result]
-                               else result)
-        # an amplification after the backward pass (the optimizer's update from a gradient that is zero in exact
-        # arithmetic: attention's key bias, a bias before BatchNorm) is rounding noise that Adam scales to a
-        # full step: in the table, not the answer line's first warning (a setting that differs still is)
-        warned = verdict.result == WARNING and verdict.comparable and not (
-            direction == "forward" and backward_begun and all(
-                r.startswith(("amplified", "aligned with")) for r in verdict.reasons))
+            modules[module] = (max(worst, verdict.out_err), worse(verdict.result, result))
+        warned = first_warning_kind(verdict, direction == "forward" and backward_begun)
         # a record that errs only for a tensor file not read is said apart (console_line), not as the first error
         counts_as_error = verdict.result == ERROR and not files_only(verdict)
         if (first is None and verdict.introduced) or (first_error is None and counts_as_error) or \
                 (first_seen is None and verdict.first_seen) or (first_warning is None and warned):
-            found = {"name": pair.target, "golden_name": pair.golden, "reason": "; ".join(verdict.reasons),
-                     "stack": stack,
-                     "parents": target.parent_chain(pair.target) or target.parent_chain(place_of(pair.target)),
-                     "input_difference": verdict.in_err, "output_difference": verdict.out_err}
+            found = found_call(pair.target, pair.golden, verdict, stack, target)
             named_rows[pair.target] = [{k: row.get(k) for k in html_report.CALL_COLUMNS} for row in record_rows]
             if first is None and verdict.introduced:
                 first = found

@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import re
 from array import array
 from dataclasses import dataclass
 from json.decoder import scanstring
@@ -33,6 +34,8 @@ _CHUNK = 1 << 20                             # bytes read at a time by the strea
 _NAN4 = (float("nan"),) * 4
 _BATCH = 16384                               # rows gathered in lists before they move to arrays
 _TENSOR_FIELDS = itemgetter("dtype", "shape", "Max", "Min", "Mean", "Norm")
+# an integer of 20 digits or more: perhaps beyond 64 bits, which orjson reads as a float and json exactly
+_BIG_INT = re.compile(rb'"value": -?\d{20}')
 
 try:  # _Builder._usual in C (what it meets first calls back here); optional like the other kernels
     native.require("_fast_table")
@@ -341,7 +344,7 @@ def _read_lines(path: str, f, fast_loads):
             return None
         start += 2
         record = None
-        if fast_loads is not None:
+        if fast_loads is not None and not (b'"int"' in line and _BIG_INT.search(line)):
             try:
                 record = fast_loads(text[start:end])
             except ValueError:  # NaN or Infinity, which only json reads
