@@ -535,7 +535,7 @@ def _edges() -> list:
                 {"input_kwargs": {"dtype": 3, "x": t}}, {"input_kwargs": {"type": 3, "a": t}},
                 {"input_kwargs": {1: t, _Text("k"): value, "v": value}}, {"output": {"0": t, "1": value}},
                 {"input": [t], "grad_output": (t,), "parameters": {"w": t}}, {"grad_input": [t, [t]]},
-                {"output": [{"type": "float", "dtype": _nested(5000)}]}, {"output": [t], "other": 1}]
+                {"output": [{"type": "float", "dtype": _nested(2 * sys.getrecursionlimit())}]}, {"output": [t], "other": 1}]
     return [(f"Functional.edge.{i}.forward", record) for i, record in enumerate(records)]
 
 
