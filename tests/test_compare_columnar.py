@@ -192,6 +192,7 @@ def test_pairs_compared_in_forked_workers_after_polars_ran_here(tmp_path, golden
     in the parent (an earlier compare in the same process): the workers then write the table with the csv
     module, the same text. Run in a child interpreter with a time limit, so a hang fails instead of stopping
     the suite."""
+    import signal
     import subprocess
     import sys
 
@@ -200,7 +201,15 @@ def test_pairs_compared_in_forked_workers_after_polars_ran_here(tmp_path, golden
               f"compare({str(target / 'step0' / 'rank0')!r}, {str(gold / 'step0' / 'rank0')!r}, "
               f"{str(tmp_path / 'first')!r}, quiet=True)\n"
               f"compare({str(target)!r}, {str(gold)!r}, {str(tmp_path / 'workers')!r}, quiet=True, workers=2)\n")
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=120, cwd=os.path.dirname(__file__) + "/..")
+    # its own process group: a hang is ended with every worker it forked, not only the interpreter
+    child = subprocess.Popen([sys.executable, "-c", script], cwd=os.path.dirname(__file__) + "/..",
+                             start_new_session=True)
+    try:
+        assert child.wait(timeout=120) == 0
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
     compare(str(target), str(gold), str(tmp_path / "here"), quiet=True, workers=1)
     assert _outputs(tmp_path / "workers") == _outputs(tmp_path / "here")
 

@@ -14,9 +14,15 @@ if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null;
     || echo "could not install chromium (needs apt-get as root): tests/test_report_html.py will fail" >&2
 fi
 python="${MSPROBE_LITE_VENV:-.venv}/bin/python"
+# every lane runs, whatever an earlier one found; the run fails at the end if any did, naming them
+failed=()
 echo "== main lane, C routes" >&2
-"$python" -m pytest -q "$@"
+"$python" -m pytest -q "$@" || failed+=("main lane, C routes")
 echo "== main lane, Python routes (MSPROBE_LITE_PURE_PYTHON=1)" >&2
-MSPROBE_LITE_PURE_PYTHON=1 "$python" -m pytest -q "$@"
+MSPROBE_LITE_PURE_PYTHON=1 "$python" -m pytest -q "$@" || failed+=("main lane, Python routes")
 echo "== MSAdapter lane" >&2
-bash tools/test_msadapter.sh
+bash tools/test_msadapter.sh || failed+=("MSAdapter lane")
+if [ ${#failed[@]} -gt 0 ]; then
+  printf 'failed: %s\n' "${failed[@]}" >&2
+  exit 1
+fi
