@@ -407,6 +407,16 @@ class _Stream:
                 return pos, ""
             pos = self.more(pos)
 
+    def key(self, pos: int):
+        """(an object's key, where its value starts, the value's first character) from `pos`."""
+        pos, c = self.skip(pos)
+        if c != '"':
+            raise _Refused
+        key, pos = self.string(pos)
+        pos, _ = self.expect(pos, ":")
+        pos, c = self.skip(pos)
+        return key, pos, c
+
     def string(self, pos: int):
         """The JSON string at `pos` (its opening quote): (text, position after it)."""
         while True:
@@ -446,12 +456,7 @@ def _read_stream(path: str, f) -> Table:
     if c == "}":
         raise _Refused  # no "data"
     while True:
-        pos, c = s.skip(pos)
-        if c != '"':
-            raise _Refused
-        key, pos = s.string(pos)
-        pos, _ = s.expect(pos, ":")
-        pos, c = s.skip(pos)
+        key, pos, c = s.key(pos)
         if key == "data":
             if data or c != "{":
                 raise _Refused  # a second "data", or one that is not an object
@@ -461,12 +466,7 @@ def _read_stream(path: str, f) -> Table:
                 pos += 1
             else:
                 while True:
-                    pos, c = s.skip(pos)
-                    if c != '"':
-                        raise _Refused
-                    name, pos = s.string(pos)
-                    pos, _ = s.expect(pos, ":")
-                    pos, _ = s.skip(pos)
+                    name, pos, _ = s.key(pos)
                     record, pos, end = s.value(pos, scan)
                     at = s.byte(pos)
                     build.add(name, record, at, s.byte(end) - at)
