@@ -114,16 +114,16 @@ class _Rows:
         ok = t_tab.suffix[self.t] == g_in_t[g_tab.suffix[self.g]]
         ok &= ~_array([s.startswith(".parameters.") for s in t_tab.suffixes], bool)[t_tab.suffix[self.t]]
         tk, gk = t_tab.kind[self.t], g_tab.kind[self.g]
-        self.tensor, self.value = (tk == 0) & (gk == 0), (tk == 2) & (gk == 2)
+        self.tensor, value = (tk == 0) & (gk == 0), (tk == 2) & (gk == 2)
         self.input = t_tab.role[self.t] == 0
-        ok &= self.tensor | self.value
+        ok &= self.tensor | value
         ok &= ~self.tensor | self._shapes()
         ok &= ~self.tensor | self._dtypes()
         # scalar arguments: equal value objects are one object (compare/table.py), so each pair of objects met
         # is judged once; `pair` numbers them, `pairs` holds them
         self.pair, self.pairs = np.full(len(self.t), -1), []
         seen: dict = {}
-        for k in np.flatnonzero(self.value & ok).tolist():
+        for k in np.flatnonzero(value & ok).tolist():
             t_obj, g_obj = t_tab.objs[int(self.t[k])], g_tab.objs[int(self.g[k])]
             at = seen.get((id(t_obj), id(g_obj)))
             if at is None:
@@ -147,7 +147,7 @@ class _Rows:
         code: dict = {}
         t_code = _array([code.setdefault(s, len(code)) for s in self.t_tab.shapes], np.int64)
         g_code = _array([code.setdefault(s, len(code)) for s in self.g_tab.shapes], np.int64)
-        shapes = self.shapes = list(code)
+        shapes = list(code)
         counts = [math.prod(s) if s is not None else 1 for s in shapes]
         usable = _array([s is not None and c < _EXACT_COUNT for s, c in zip(shapes, counts)], bool)
         self.shape_text = [report.cell(list(s)) if s is not None else None for s in shapes]
@@ -244,7 +244,7 @@ class _State:
         self.regular = r.same_count & plain & ~_judged_alone(calls)
         self.coarsest = r.coarsest()
         self.eps = np.maximum(_segment_max(r.eps, r.rec, n, 0.0), self.coarsest)
-        self.inputs_size, self.row_err = self._noise_floor()
+        self.row_err = self._noise_floor()
         self.data_err = _segment_max(np.where(r.tensor & r.input, self.row_err, 0.0), r.rec, n, 0.0)
         self.out_err = _segment_max(np.where(~r.input, self.row_err, 0.0), r.rec, n, 0.0)
         self.in_err = self.data_err.copy()
@@ -271,8 +271,8 @@ class _State:
                    for k in np.flatnonzero(~self.regular).tolist())
 
     def _noise_floor(self):
-        """(the largest golden magnitude of each record's float tensor inputs, the rows' errors): a gradient
-        smaller than its inputs' rounding is measured against them (Judge.judge)."""
+        """The rows' errors, where a gradient smaller than its inputs' rounding is measured against the largest
+        golden magnitude of its record's float tensor inputs (Judge.judge)."""
         r, n = self.rows, self.calls.n
         float_in = r.tensor & r.input & r.golden_float
         size = _segment_max(np.where(float_in, r.g_size, 0.0), r.rec, n, 0.0)
@@ -283,7 +283,7 @@ class _State:
             floor = noise * summed
             quiet = r.tensor & ~r.input & (self.calls.direction == BACKWARD)[r.rec] & (noise > 0) & \
                 (r.g_size < floor) & (r.t_size < 4 * floor) & (r.err != np.inf)
-            return size, np.where(quiet, np.minimum(r.err, r.values / (size[r.rec] * summed)), r.err)
+            return np.where(quiet, np.minimum(r.err, r.values / (size[r.rec] * summed)), r.err)
 
     def stack(self, name: str) -> list:
         stacks = self.target.stacks
@@ -456,7 +456,7 @@ class _State:
                     empty[lines, j] = True
                 else:
                     cells.setdefault(number_columns[j], {}).update(dict.fromkeys(lines.tolist(), v))
-        return report.Block(texts, numbers, number_columns, empty, cells, final=True)
+        return report.Block(texts, numbers, number_columns, empty, cells)
 
     def _per_record(self) -> dict:
         """Each record's names and verdict cells, and the texts gathered from them, as the table's cells (a

@@ -111,17 +111,17 @@ def _append(path: str, render, *what) -> None:
 
 
 class Block:
-    """Lines of the table as columns (compare/columnar.py): `texts` {column: list of str or None}, `numbers` a
+    """Lines of the table as columns (compare/columnar.py): `texts` {column: its cells' text, already as
+    text() makes it (a polars Series, or a list where polars must not run)}, `numbers` a
     float64 array (lines, len(number_columns)), `empty` a bool array of its cells that are empty (None), and
     `cells` {column: {line: value}} for the few cells of those columns that hold anything else (a scalar
     argument's text or integer). Written as the csv module writes the same values (cell(), repr of floats,
     minimal quoting), by polars: its float formatting gives repr's shortest digits many times faster, and
     spelled() spells them as Python does."""
 
-    def __init__(self, texts: dict, numbers, number_columns: list, empty, cells: dict, final: bool = False):
+    def __init__(self, texts: dict, numbers, number_columns: list, empty, cells: dict):
         self.texts, self.numbers, self.number_columns = texts, numbers, number_columns
         self.empty, self.cells = empty, cells
-        self.final = final  # the texts are already as text() makes them
 
     def lines(self, columns: list) -> list:
         """The block's lines, values in column order (what Judge.judge's rows would hold, texts as cells)."""
@@ -146,8 +146,7 @@ def _render_block(columns: list, block: Block) -> bytes:
     import numpy as np
     import polars as pl
 
-    data = {name: values if block.final else as_cells(pl.Series(name, values, pl.Utf8))
-            for name, values in block.texts.items()}
+    data = dict(block.texts)
     lines = len(block.numbers)
     every = spelled(block.numbers.T.ravel())  # one column after the other: each change made once for all
     empty = np.flatnonzero(block.empty.T.ravel())
