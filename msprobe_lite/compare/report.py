@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 import json
 import math
@@ -147,21 +148,70 @@ def _render_block(columns: list, block: Block) -> bytes:
     import polars as pl
 
     data = dict(block.texts)
-    lines = len(block.numbers)
-    every = spelled(block.numbers.T.ravel())  # one column after the other: each change made once for all
-    empty = np.flatnonzero(block.empty.T.ravel())
-    if empty.size:
-        every = every.scatter(empty, None)
-    odd = [(j * lines + i, text(v)) for j, name in enumerate(block.number_columns)
-           for i, v in block.cells.get(name, {}).items()]
-    if odd:
-        every = every.scatter([at for at, _ in odd], [v for _, v in odd])
-    for j, name in enumerate(block.number_columns):
-        data[name] = every.slice(j * lines, lines)
+    numbers, empty = block.numbers, block.empty
+    lines = len(numbers)
+    # a column whose floats polars writes as repr does stays float (writing it is twice as fast as its text)
+    as_text = ~_written_as_floats(numbers, empty)
+    as_text[[block.number_columns.index(name) for name in block.cells]] = True
+    spell = np.flatnonzero(as_text)
+    if spell.size:
+        every = spelled(numbers[:, spell].T.ravel())  # one column after the other: each change made once for all
+        blank = np.flatnonzero(empty[:, spell].T.ravel())
+        if blank.size:
+            every = every.scatter(blank, None)
+        odd = [(k * lines + i, text(v)) for k, j in enumerate(spell.tolist())
+               for i, v in block.cells.get(block.number_columns[j], {}).items()]
+        if odd:
+            every = every.scatter([at for at, _ in odd], [v for _, v in odd])
+        for k, j in enumerate(spell.tolist()):
+            data[block.number_columns[j]] = every.slice(k * lines, lines)
+    keep = np.flatnonzero(~as_text)
+    if keep.size:  # an empty cell as NaN, then null: these columns hold no other NaN
+        floats = np.ascontiguousarray(np.where(empty[:, keep], np.nan, numbers[:, keep]).T)
+        for k, j in enumerate(keep.tolist()):
+            data[block.number_columns[j]] = pl.Series(floats[k], nan_to_null=True)
     frame = pl.DataFrame([data[name].alias(name) for name in columns])
     out = io.BytesIO()
     frame.write_csv(out, include_header=False, line_terminator="\r\n", quote_style="necessary", null_value="")
     return out.getvalue()
+
+
+def _written_as_floats(numbers, empty):
+    """Per column of `numbers`: whether polars' write_csv writes each of its cells that is not `empty` as repr
+    does. Where this polars writes a probe otherwise, none is."""
+    import numpy as np
+
+    global _WRITES_RIGHT
+    if _WRITES_RIGHT is None:
+        probe = np.array([0.1, 123.0, 1e15, 1e-04, 1.5e-04, 5.5e-300, 1e-300, 5e-324, 9.99e-10, 0.0, -0.0,
+                          1.7976931348623157e-301, 9.999999999999998e15, -2.5, float("inf"), float("-inf")])
+        _WRITES_RIGHT = not _spelled_otherwise(probe).any() and _written(probe) == [text(v) for v in probe]
+    if not _WRITES_RIGHT:
+        return np.zeros(numbers.shape[1], dtype=bool)
+    return ~(_spelled_otherwise(numbers) & ~empty).any(axis=0)
+
+
+def _spelled_otherwise(values):
+    """Which of `values` polars spells unlike repr (which spelled() mends): from 1e-09 to 1e-04, from 1e16,
+    and NaN (cell() writes nan)."""
+    import numpy as np
+
+    size = np.abs(values)
+    with np.errstate(invalid="ignore"):
+        return ((size >= _ONE_EXPONENT_DIGIT[0]) & (size < _POSITIONAL_IN_POLARS[1]) |
+                (size >= 1e16) & (size != np.inf) | np.isnan(values))
+
+
+def _written(values) -> list:
+    """`values` (floats) as write_csv writes a float column, a text per cell."""
+    import polars as pl
+
+    out = io.BytesIO()
+    pl.DataFrame([pl.Series("v", values)]).write_csv(out, include_header=False, line_terminator="\n")
+    return out.getvalue().decode().split("\n")[:-1]
+
+
+_WRITES_RIGHT = None  # whether write_csv writes floats outside _spelled_otherwise as repr, with this polars
 
 
 def as_cells(texts):
@@ -269,6 +319,8 @@ class CsvSink:
         elif threads:
             from concurrent.futures import ThreadPoolExecutor
             self.threads = ThreadPoolExecutor(threads)
+            if native:  # polars imported there meanwhile (a tenth of a second), not on the first block's way
+                self.threads.submit(importlib.import_module, "polars")
 
     def add(self, rows: list) -> None:
         self.add_lines(list(map(self.pick, rows)))
