@@ -44,24 +44,32 @@ def walk(t_tab, g_tab, target, golden, judge, step, rename_t, rename_g, open_sin
     state = _State(calls, _Rows(t_tab, g_tab, calls.n), target, golden, judge, step, apis_asked)
     if not state.pairs_alike():
         return None
+    sink = open_sink()  # its writer readies itself while the calls are judged
+    state.native = sink.native
     state.judge_irregular()
     state.judge_regular()
-    sink = open_sink()
-    state.native = sink.native
     state.write(sink, judge.columns)
     sink.close()
     return state.walked()
 
 
 class _Calls:
-    """The two dumps' records, paired one to one in order, with each one's direction, API and call index."""
+    """The target's records as calls: each one's direction, whether it is judged alone, and a backward
+    record's forward call, from the target's names; `golden_names` are those the records pair with."""
 
     def __init__(self, names: list, golden_names: list):
         self.names, self.golden_names, self.n = names, golden_names, len(names)
         split = [_split(name) for name in names]
-        self.bases = [sys.intern(base) for base, _, _ in split]  # a few hundred APIs: one text each
-        self.indexes = [index for _, _, index in split]
-        self.direction = np.array([_DIRECTION.get(direction, OTHER) for _, direction, _ in split], dtype=np.int8)
+        bases = [sys.intern(base) for base, _, _ in split]  # a few hundred APIs: one text each
+        direction = [_DIRECTION.get(d, OTHER) for _, d, _ in split]
+        self.direction = np.array(direction, dtype=np.int8)
+        self.alone = _judged_alone(names, bases, direction)
+        # each backward record's forward call (its index), where judged before it: what it also depends on
+        forward_at = {(b, i): k for k, (b, (_, _, i), d) in enumerate(zip(bases, split, direction)) if d == FORWARD}
+        n = self.n
+        self.forward_of = np.array([forward_at.get((b, i), n) if d == BACKWARD else n
+                                    for b, (_, _, i), d in zip(bases, split, direction)], dtype=np.int64)
+        self.forward_of[self.forward_of >= np.arange(n)] = -1
 
 
 def _split(name: str) -> tuple:
@@ -224,13 +232,12 @@ def _segment_max(values, rec, n: int, default: float) -> np.ndarray:
     return out
 
 
-def _judged_alone(calls: _Calls) -> np.ndarray:
+def _judged_alone(names: list, bases: list, direction: list) -> np.ndarray:
     """The records whose verdict needs more than their measures: not a call (no direction), a dropout or a
     collective (their verdict names them), a record two tools write for two quantities."""
-    direction = calls.direction.tolist()
     return np.array([d == OTHER or "dropout" in name.lower() or name.startswith("Distributed.") or
                      quantities.may_differ(base, "backward" if d == BACKWARD else "forward")
-                     for name, base, d in zip(calls.names, calls.bases, direction)], dtype=bool)
+                     for name, base, d in zip(names, bases, direction)], dtype=bool)
 
 
 class _State:
@@ -241,7 +248,7 @@ class _State:
         self.judge, self.step = judge, step
         n, r, d = calls.n, rows, calls.direction
         plain = np.bincount(r.rec[~r.ok], minlength=n) == 0
-        self.regular = r.same_count & plain & ~_judged_alone(calls)
+        self.regular = r.same_count & plain & ~calls.alone
         self.coarsest = r.coarsest()
         self.eps = np.maximum(_segment_max(r.eps, r.rec, n, 0.0), self.coarsest)
         self.row_err = self._noise_floor()
@@ -251,12 +258,7 @@ class _State:
         backward_at = np.flatnonzero(d == BACKWARD)
         self.backward_before = np.arange(n) > (int(backward_at[0]) if backward_at.size else n)
         self.asked = ((d == FORWARD) & apis_asked & ~self.backward_before) | ((d == BACKWARD) & ~self.backward_before)
-        forward_at = {(b, i): k for k, (b, i, x) in enumerate(zip(calls.bases, calls.indexes, d.tolist()))
-                      if x == FORWARD}
-        # each backward record's forward call (its index), where judged before it: what it also depends on
-        self.forward_of = np.array([forward_at.get((b, i), n) if x == BACKWARD else n
-                                    for b, i, x in zip(calls.bases, calls.indexes, d.tolist())], dtype=np.int64)
-        self.forward_of[self.forward_of >= np.arange(n)] = -1
+        self.forward_of = calls.forward_of
         self.verdicts: dict = {}   # record -> its Verdict, for every record that is not a plain pass
         self.row_dicts: dict = {}  # record -> its rows as Judge.judge made them (records judged on their rows)
         self._texts = None         # _per_record's
