@@ -176,6 +176,41 @@ def test_floats_are_spelled_as_python_spells_them(monkeypatch):
     assert spelled(values[:2000]).to_list() == expected[:2000]
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_table_blocks_render_as_the_csv_module_writes_them(monkeypatch, seed):
+    """A block of the table (names, numbers of every magnitude, NaN, empty and odd cells) rendered by polars,
+    its float columns written as floats where polars writes them as repr does and as text elsewhere, is the
+    csv module's text; so is it with every column as text (a polars that writes a probe otherwise)."""
+    import numpy as np
+    import polars as pl
+
+    from msprobe_lite.compare import report
+
+    rng = np.random.default_rng(seed)
+    lines, number_columns = 3000, [f"n{j}" for j in range(8)]
+    scales = [1.0, 1e-7, 1e-5, 1e20, 1e-300]  # columns of usual values, and of values polars spells otherwise
+    numbers = np.stack([rng.standard_normal(lines) * scales[j % len(scales)] for j in range(8)], axis=1)
+    numbers[rng.random(numbers.shape) < 0.01] = np.nan
+    numbers[rng.random(numbers.shape) < 0.001] = np.inf
+    numbers[:, 0] = rng.integers(-5, 5, lines)  # whole floats: 3.0
+    numbers[:, 1] = 0.0
+    numbers[::97, 6] = 3e-6  # a rare value polars spells otherwise, in a column of usual ones
+    empty = rng.random(numbers.shape) < 0.05
+    empty[:, 7] = False
+    cells = {"n2": {5: "text, with a comma", 9: 7}, "n7": {0: True}}
+    names = [f'F.op{i % 7}.{i}.forward, "quoted"' if i % 50 == 0 else f"F.op{i % 7}.{i}.forward" for i in range(lines)]
+    texts = {"name": pl.Series(names, dtype=pl.Utf8), "result": pl.Series(["pass"] * lines, dtype=pl.Utf8)}
+    columns = ["name", *number_columns, "result"]
+    block = report.Block(texts, numbers, number_columns, empty, cells)
+    expected = report._render_block_python(columns, block)
+    monkeypatch.setattr(report, "_WRITES_RIGHT", None)
+    assert report._render_block(columns, block) == expected
+    written = report._written_as_floats(numbers, empty)
+    assert written[1] and not written[6] and report._WRITES_RIGHT  # the probe passed: some columns stay floats
+    monkeypatch.setattr(report, "_WRITES_RIGHT", False)
+    assert report._render_block(columns, block) == expected
+
+
 def _ranks(tmp_path, golden, target_fault="ln_eps"):
     """A dump root of two ranks of one step each side (the same run's dump in each rank folder)."""
     import shutil
