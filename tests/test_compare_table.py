@@ -589,3 +589,103 @@ def test_randomly_damaged_records_get_the_same_rows_through_c_and_python(real_du
     assert c_outcomes == p_outcomes and c_answers == p_answers
     assert "refused" in c_outcomes and True in c_answers and False in c_answers
     assert_same_builders(c, python)
+
+
+# --- the C route of _Lines.line (Rows.lines) against the Python one ---------------------------------------------
+
+def _line_variants(t: str) -> list:
+    """Record lines at each edge of Rows.lines: what it reads itself and each kind it hands to _Lines.line."""
+    record = '{"input_args": [%s], "input_kwargs": {"alpha": {"type": "float", "value": 1.0}}, "output": [%s]}' % (t, t)
+    return [
+        '"F.a.{i}.forward": %s' % record,                                   # usual
+        '"F.\\u00e9.{i}.forward": %s' % record,                             # an escape in the name
+        '"F.\u00e9.{i}.forward": %s' % record,                              # a name that is not ASCII
+        '"F.a.{i}.forward": %s' % record.replace("1.0}", "NaN}", 1),       # NaN: json reads it
+        '"F.a.{i}.forward": %s' % record.replace("1.0}", "Infinity}", 1),
+        '"F.a.{i}.forward": %s' % record.replace('"float", "value": 1.0', '"int", "value": 123456789012345678901'),
+        '"F.a.{i}.forward": %s' % record.replace('"float", "value": 1.0', '"float", "value": -123456789012345678901'),
+        '"F.a.{i}.forward": %s' % record.replace('"float", "value": 1.0', '"int", "value": 1234567890123456789'),
+        '"F.a.{i}.forward": %s' % record.replace('"float", "value": 1.0', '"int", "value": -9223372036854775809'),
+        '"F.a.{i}.forward": %s' % record.replace('"float", "value": 1.0', '"int", "value": 18446744073709551615'),
+        '"F.a.{i}.forward": %s' % record.replace('"Max": 1.0', '"Max": 123456789012345678901', 1),
+        '"F.a.{i}.forward": %s' % record.replace('"shape": [2]', '"shape": [123456789012345678901]', 1),
+        '"F.a.{i}.forward": %s' % record.replace('"Max": 1.0', '"Max": 1.0000000000000000000001', 1),
+        '"F.a.{i}.forward": %s' % record.replace('"Max": 1.0', '"Max": 0.00012345678901234567', 1),
+        '"F.a.{i}.forward": %s' % record.replace('"Max": 1.0', '"Max": 1234567890123456789012.5', 1),
+        '"F.a.{i}.forward": %s' % record.replace('"Max": 1.0', '"Max": 1234567890123456789012e-3', 1),
+        '"F.a.{i}.forward": %s' % record.replace('"Max": 1.0', '"Max": 1e-0000000000000000000005', 1),
+        '"F.a.{i}.forward": %s' % record.replace('"Max": 1.0', '"Max": 1E+0000000000000000000005', 1),
+        '"F.a.{i}.forward": %s' % record.replace('"Min": 0.0', '"Min": -1234567890123456789012', 1),
+        '"F.a.{i}.forward":%s' % record,                                    # no space after the colon
+        '"F.a.{i}.forward" : %s' % record,
+        '"F.a.{i}.forward": %s   ' % record,                                # spaces after the record
+        '"F.a.{i}.forward": %s\r' % record,                                 # a CRLF line
+        '"F.a.{i}.forward": null',
+        '"F.a.{i}.forward": [1, 2]',
+        '"F.a.{i}.forward": ',
+        '"": %s' % record,                                                  # an empty name
+        '"F.a.{i}\tforward": %s' % record,                                  # a control character in the name
+        '"F.a.{i}.forward": %s}' % record,                                   # a brace too many
+        '"F.a.{i}.forward": {"output": [%s]' % t,                           # one too few
+        '"F.a.{i}.forward": {"output": [%s], "input_args": [1, {"k": [%s]}]}' % (t, t),  # record_rows' kind
+        '"F.a.{i}.forward": {"output": [%s]}' % t.replace('"Max": 1.0', '"Max": 1'),
+        '"F.a.{i}.forward": {"output": [%s]}' % t.replace('"dtype": "torch.float32", ', ""),
+        '"F.a.{i}.forward": {"output": [%s]}' % t.replace('"torch.float32"', '"torch.\u00e9"'),
+        '"F.a.0.forward": %s' % record,                                     # a name met before
+        '"F.a.{i}.forward\\"": %s' % record,
+        '"F.a.{i}.forward": %s' % record.replace("1.0}", "1e400}", 1),     # beyond a float: json says inf
+    ]
+
+
+def _damaged_lines(rng, t: str) -> str:
+    """A dump in our layout of 3 to 40 records, each a random variant of _line_variants; now and then a
+    line's end, comma or the closing braces changed."""
+    variants = _line_variants(t)
+    lines = [(variants[0] if rng.random() < 0.85 else rng.choice(variants)).replace("{i}", str(i))
+             for i in range(rng.randint(3, 40))]
+    text = '{"task": "statistics", "level": "L1", "data": {\n' + ",\n".join(lines) + "\n}}\n"
+    for _ in range(rng.choice([0, 0, 1, 2])):
+        at = rng.randrange(len(text))
+        text = text[:at] + rng.choice(["", "\n", ",", "\r\n", "}}\n", " ", "\u00e9"]) + text[at + rng.randrange(2):]
+    return text
+
+
+@c_route
+@pytest.mark.parametrize("seed", range(6))
+def test_record_lines_read_the_same_through_c_and_python(tmp_path, monkeypatch, seed):
+    """Files of line variants, some damaged, read in chunks of 1 byte to a whole file: the C route gives the
+    same table (or None) as the Python one, and the table json's reading of the file."""
+    import random
+
+    rng = random.Random(seed)
+    t = T % "1.0"
+    path = str(tmp_path / "dump.json")
+    kinds = set()
+    for i in range(60):
+        text = _damaged_lines(rng, t)
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        python = _table_by("Python", path, monkeypatch)
+        with monkeypatch.context() as m:
+            m.setattr(table_module, "_LINES", rng.choice([1, 7, 100, 1 << 20]))
+            c = _table_by("C", path, monkeypatch)
+        assert_same_tables(c, python)
+        if c is not None:
+            assert_table_is_record_rows(c, path)
+        kinds.add(c is None)
+    assert kinds == {True, False}
+
+
+@c_route
+def test_each_line_variant_reads_the_same_through_c_and_python(tmp_path, monkeypatch):
+    t = T % "1.0"
+    path = str(tmp_path / "dump.json")
+    read = 0
+    for k, variant in enumerate(_line_variants(t)):
+        lines = ['"F.b.0.forward": {"output": [%s]}' % t, variant.replace("{i}", "1"), '"F.b.1.forward": {}']
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write('{"task": "statistics", "data": {\n' + ",\n".join(lines) + "\n}}")  # no end of line at the end
+        c, python = _table_by("C", path, monkeypatch), _table_by("Python", path, monkeypatch)
+        assert_same_tables(c, python)
+        read += c is not None
+    assert 10 < read < len(_line_variants(t))

@@ -1,19 +1,22 @@
-/* The usual record's rows of compare/table.py (_Builder._usual), in C.
+/* The usual record's rows of compare/table.py (_Builder._usual), and its usual lines (_Lines.line), in C.
 
 Why C: a large dump has hundreds of thousands of leaves, and in Python each is a dozen dict probes, type
 tests, a key tuple and six appends. Here a usual leaf (a tensor of a class met before with four float
 statistics and no md5, or a value of a class met before) costs no Python call; what is met for the first
 time (a suffix, a tensor or value class) calls back into the builder's own methods, so the rules for it stay
-written once, in Python.
+written once, in Python. Likewise a usual line (ASCII, a plain name, a record that orjson reads) costs one
+call, to orjson; any other line is handed to _Lines.line itself.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "_module.h"
 
 static PyObject *s_type, *s_dtype, *s_shape, *s_md5, *s_data_name, *s_requires_grad, *s_empty, *s_stats[4];
-static PyObject *s_hex, *s_done;
+static PyObject *s_hex, *s_done, *s_offset, *s_comma, *s_closed, *s_line, *s_fast_loads;
 static PyObject *builtin_sum;
 
 /* After a failed call: 0 (the record is not usual) for the KeyError and TypeError that _usual's `except`
@@ -28,7 +31,8 @@ static int not_usual_or_error(void) {
 
 #define ROWS_FIELDS(X)                                                                                       \
     X(builder) X(suffix) X(row_class) X(stats) X(tensor_classes) X(suffix_codes) X(value_classes) X(objs)    \
-        X(values) X(new_suffix) X(value_class) X(tensor_class) X(plain_name) X(no_stats)
+        X(values) X(new_suffix) X(value_class) X(tensor_class) X(plain_name) X(no_stats) X(names) X(plans)     \
+            X(spans_append) X(parts_append) X(first_row_append) X(plan) X(other_rows) X(flush)
 
 typedef struct {
     PyObject_HEAD
@@ -39,6 +43,11 @@ typedef struct {
     PyObject *new_suffix, *value_class, *tensor_class; /* its methods for what is new */
     PyObject *plain_name;                              /* rows.plain_file_name */
     PyObject *no_stats;                                /* the tuple a row without statistics adds to stats */
+    /* for Rows.lines, which adds records as _Builder.add does */
+    PyObject *names, *plans;                                    /* its list and dict */
+    PyObject *spans_append, *parts_append, *first_row_append;   /* its arrays' append */
+    PyObject *plan, *other_rows, *flush;                        /* its methods */
+    Py_ssize_t batch;                                           /* rows gathered before a flush */
 } Rows;
 
 /* The suffix code of `text` (a new reference): the builder's dict holds it, or its _suffix makes it. */
@@ -363,6 +372,230 @@ static PyObject *Rows_call(Rows *r, PyObject *const *args, size_t nargsf, PyObje
     return PyBool_FromLong(answer);
 }
 
+/* fn(a long long) as a statement: 0, or -1 with an exception set. */
+static int call_with_int(PyObject *fn, long long value) {
+    PyObject *number = PyLong_FromLongLong(value), *result = number ? PyObject_CallOneArg(fn, number) : NULL;
+    Py_XDECREF(number);
+    Py_XDECREF(result);
+    return result != NULL ? 0 : -1;
+}
+
+/* _Builder.add(name, record, at, length) of a record that is a dict and a name that is not empty: 0, or -1
+   with an exception set (_Refused from its other_rows). */
+static int add(Rows *r, PyObject *name, PyObject *record, long long at, long long length) {
+    if (PyList_Append(r->names, name) < 0 || call_with_int(r->spans_append, at) < 0 ||
+        call_with_int(r->spans_append, length) < 0)
+        return -1;
+    PyObject *keys = PySequence_Tuple(record);
+    if (keys == NULL)
+        return -1;
+    PyObject *plan = PyDict_GetItemWithError(r->plans, keys);
+    if (plan != NULL)
+        Py_INCREF(plan);
+    else if (!PyErr_Occurred())
+        plan = PyObject_CallOneArg(r->plan, keys);
+    Py_DECREF(keys);
+    if (plan == NULL)
+        return -1;
+    if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 2 || !PyTuple_CheckExact(PyTuple_GET_ITEM(plan, 1))) {
+        PyErr_SetString(PyExc_TypeError, "Rows.lines: a plan must be (bits, parts)");
+        Py_DECREF(plan);
+        return -1;
+    }
+    PyObject *bits = PyObject_CallOneArg(r->parts_append, PyTuple_GET_ITEM(plan, 0));
+    Py_ssize_t start = PyList_GET_SIZE(r->suffix);
+    int usual = bits == NULL ? -1 : PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 1)) > 0 &&
+                                        record_rows(r, record, PyTuple_GET_ITEM(plan, 1));
+    Py_XDECREF(bits);
+    Py_DECREF(plan);
+    if (usual < 0)
+        return -1;
+    if (!usual) {
+        PyObject *done = PyObject_CallFunction(r->other_rows, "OOn", name, record, start);
+        if (done == NULL)
+            return -1;
+        Py_DECREF(done);
+    }
+    if (PyList_GET_SIZE(r->suffix) >= r->batch) {
+        PyObject *done = PyObject_CallNoArgs(r->flush);
+        if (done == NULL)
+            return -1;
+        Py_DECREF(done);
+    }
+    PyObject *done = PyObject_GetAttr(r->builder, s_done);
+    long long rows = done ? PyLong_AsLongLong(done) : -1;
+    Py_XDECREF(done);
+    if (rows == -1 && PyErr_Occurred())
+        return -1;
+    return call_with_int(r->first_row_append, rows + PyList_GET_SIZE(r->suffix));
+}
+
+static int is_digit(char c) { return (unsigned char)(c - '0') < 10; }
+
+/* Whether the 8 ASCII bytes at `p` are all digits: a byte's top bit set by adding 0x50 is 0x30 or more, by
+   adding 0x46 0x3a or more (no carry across bytes below 0x80). */
+static int eight_digits(const char *p) {
+    uint64_t x, ones = 0x0101010101010101u;
+    memcpy(&x, p, 8);
+    return ((x + 0x50 * ones) & ~(x + 0x46 * ones) & 0x80 * ones) == 0x80 * ones;
+}
+
+/* Whether the digits p[first..last] are an integer: not a float's fraction, exponent or integer part. */
+static int integer_digits(const char *p, Py_ssize_t n, Py_ssize_t first, Py_ssize_t last) {
+    char before = first > 0 ? p[first - 1] : ' ', after = last + 1 < n ? p[last + 1] : ' ';
+    int exponent = before == 'e' || before == 'E' ||
+                   ((before == '-' || before == '+') && first > 1 && (p[first - 2] == 'e' || p[first - 2] == 'E'));
+    return before != '.' && !exponent && after != '.' && after != 'e' && after != 'E';
+}
+
+/* Whether the ASCII text `p` (n bytes) holds an integer of 19 digits or more: perhaps beyond 64 bits, which
+   orjson reads as a float and json exactly (_big_int). Its digits cover a whole one of the text's 8-byte
+   blocks, and the first such block has 7 digits at most before it: only after those blocks is a run
+   measured, then before them where it could be long enough. */
+static int big_int(const char *p, Py_ssize_t n) {
+    for (Py_ssize_t k = 0; k + 8 <= n; k += 8) {
+        if (!eight_digits(p + k))
+            continue;
+        Py_ssize_t last = k + 7, first = k;
+        while (last + 1 < n && is_digit(p[last + 1]))
+            last++;
+        if (last - k + 1 + 7 >= 19) {
+            while (first > 0 && is_digit(p[first - 1]))
+                first--;
+            if (last - first + 1 >= 19 && integer_digits(p, n, first, last))
+                return 1;
+        }
+        k = last / 8 * 8; /* on from the block where the run ends */
+    }
+    return 0;
+}
+
+/* One line (`p`, n bytes with its end; at byte `offset` of the file) read as _Lines.line reads a record
+   line, when it is a usual one: 1 with its record added and *comma set, 0 (nothing done) for any other line,
+   -1 with an exception set. */
+static int usual_line(Rows *r, const char *p, Py_ssize_t n, long long offset, int *comma, PyObject *loads) {
+    if (n == 0 || p[0] != '"' || (PyList_GET_SIZE(r->names) > 0 && !*comma))
+        return 0;
+    unsigned char high = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        high |= (unsigned char)p[i];
+    if (high & 0x80 || big_int(p, n)) /* big_int after: it reads ASCII */
+        return 0;
+    Py_ssize_t end = n;
+    while (end > 0 && (p[end - 1] == '\r' || p[end - 1] == '\n'))
+        end--;
+    int ends_with_comma = end > 0 && p[end - 1] == ',';
+    end -= ends_with_comma;
+    Py_ssize_t quote = 1; /* the name: a string of one character or more, with no escape or control character */
+    while (quote < n && p[quote] != '"' && p[quote] != '\\' && (unsigned char)p[quote] >= 0x20)
+        quote++;
+    if (quote == 1 || quote + 3 > n || p[quote] != '"' || p[quote + 1] != ':' || p[quote + 2] != ' ')
+        return 0;
+    Py_ssize_t start = quote + 3;
+    if (start >= end)
+        return 0;
+    PyObject *text = PyBytes_FromStringAndSize(p + start, end - start);
+    PyObject *record = text ? PyObject_CallOneArg(loads, text) : NULL;
+    Py_XDECREF(text);
+    if (record == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError)) /* NaN or Infinity: json reads it, in _Lines.line */
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    int answer = 0;
+    if (PyDict_CheckExact(record)) { /* anything else is refused, by _Builder.add */
+        PyObject *name = PyUnicode_DecodeASCII(p + 1, quote - 1, NULL);
+        answer = name != NULL && add(r, name, record, offset + start, end - start) == 0 ? 1 : -1;
+        Py_XDECREF(name);
+    }
+    Py_DECREF(record);
+    if (answer == 1)
+        *comma = ends_with_comma;
+    return answer;
+}
+
+/* The reader's offset, comma and closed (0, or -1 with an exception set). */
+static int reader_state(PyObject *reader, long long *offset, int *comma, int *closed) {
+    PyObject *values[3] = {PyObject_GetAttr(reader, s_offset), PyObject_GetAttr(reader, s_comma),
+                           PyObject_GetAttr(reader, s_closed)};
+    int ok = values[0] && values[1] && values[2];
+    if (ok) {
+        *offset = PyLong_AsLongLong(values[0]);
+        *comma = PyObject_IsTrue(values[1]);
+        *closed = PyObject_IsTrue(values[2]);
+        ok = !PyErr_Occurred() && *comma >= 0 && *closed >= 0;
+    }
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(values[i]);
+    return ok ? 0 : -1;
+}
+
+static int set_reader_state(PyObject *reader, long long offset, int comma) {
+    PyObject *number = PyLong_FromLongLong(offset);
+    int ok = number != NULL && PyObject_SetAttr(reader, s_offset, number) == 0 &&
+             PyObject_SetAttr(reader, s_comma, comma ? Py_True : Py_False) == 0;
+    Py_XDECREF(number);
+    return ok ? 0 : -1;
+}
+
+/* Rows.lines(chunk, reader): each line of `chunk` (bytes of whole lines) read as reader.line(line) would read
+   it, in order; False as soon as reader.line answers False. */
+static PyObject *Rows_lines(Rows *r, PyObject *args) {
+    PyObject *chunk, *reader;
+    if (!PyArg_ParseTuple(args, "O!O:lines", &PyBytes_Type, &chunk, &reader))
+        return NULL;
+    PyObject *loads = PyObject_GetAttr(reader, s_fast_loads), *line = loads ? PyObject_GetAttr(reader, s_line) : NULL;
+    long long offset;
+    int comma, closed, ok = 1;
+    if (line == NULL || reader_state(reader, &offset, &comma, &closed) < 0)
+        goto error;
+    const char *p = PyBytes_AS_STRING(chunk);
+    Py_ssize_t size = PyBytes_GET_SIZE(chunk);
+    Py_INCREF(chunk);
+    for (Py_ssize_t at = 0; at < size && ok;) {
+        const char *newline = memchr(p + at, '\n', size - at);
+        Py_ssize_t n = newline ? newline - (p + at) + 1 : size - at;
+        /* r->suffix is NULL once the garbage collector cleared this object: the builder's Python reads on */
+        int done = closed || r->suffix == NULL || loads == Py_None ? 0 : usual_line(r, p + at, n, offset, &comma, loads);
+        if (done < 0) {
+            Py_DECREF(chunk);
+            goto error;
+        }
+        if (done) {
+            offset += n;
+        } else {
+            PyObject *piece = set_reader_state(reader, offset, comma) == 0 ? PyBytes_FromStringAndSize(p + at, n) : NULL;
+            PyObject *answer = piece ? PyObject_CallOneArg(line, piece) : NULL;
+            Py_XDECREF(piece);
+            ok = answer ? PyObject_IsTrue(answer) : -1;
+            Py_XDECREF(answer);
+            if (ok < 0 || reader_state(reader, &offset, &comma, &closed) < 0) {
+                Py_DECREF(chunk);
+                goto error;
+            }
+        }
+        at += n;
+    }
+    Py_DECREF(chunk);
+    if (set_reader_state(reader, offset, comma) < 0)
+        goto error;
+    Py_DECREF(loads);
+    Py_DECREF(line);
+    return PyBool_FromLong(ok);
+error:
+    Py_XDECREF(loads);
+    Py_XDECREF(line);
+    return NULL;
+}
+
+static PyMethodDef Rows_methods[] = {
+    {"lines", (PyCFunction)Rows_lines, METH_VARARGS,
+     "lines(chunk, reader) -> bool: compare.table._Lines.line of the reader for each line of chunk (bytes of whole "
+     "lines); False where it answers False."},
+    {NULL, NULL, 0, NULL},
+};
+
 /* builder.<name>, checked to be of `type` (a new reference), or NULL with an exception set. */
 static PyObject *attribute(PyObject *builder, const char *name, PyTypeObject *type) {
     PyObject *value = PyObject_GetAttrString(builder, name);
@@ -376,13 +609,22 @@ static PyObject *attribute(PyObject *builder, const char *name, PyTypeObject *ty
     return value;
 }
 
+/* builder.<name>.append (a new reference), or NULL with an exception set. */
+static PyObject *append_of(PyObject *builder, const char *name) {
+    PyObject *container = PyObject_GetAttrString(builder, name);
+    PyObject *append = container ? PyObject_GetAttrString(container, "append") : NULL;
+    Py_XDECREF(container);
+    return append;
+}
+
 static PyObject *Rows_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyObject *builder, *plain_name, *no_stats;
+    Py_ssize_t batch;
     if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0) {
         PyErr_SetString(PyExc_TypeError, "Rows() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OOO!:Rows", &builder, &plain_name, &PyTuple_Type, &no_stats))
+    if (!PyArg_ParseTuple(args, "OOO!n:Rows", &builder, &plain_name, &PyTuple_Type, &no_stats, &batch))
         return NULL;
     if (!PyCallable_Check(plain_name)) {
         PyErr_SetString(PyExc_TypeError, "Rows(): plain_name must be callable");
@@ -392,6 +634,7 @@ static PyObject *Rows_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
     if (r == NULL)
         return NULL;
     r->vectorcall = (vectorcallfunc)Rows_call;
+    r->batch = batch;
     Py_INCREF(builder);
     r->builder = builder;
     Py_INCREF(plain_name);
@@ -408,7 +651,15 @@ static PyObject *Rows_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
         (r->values = attribute(builder, "values", &PyDict_Type)) == NULL ||
         (r->new_suffix = attribute(builder, "_suffix", NULL)) == NULL ||
         (r->value_class = attribute(builder, "_value_class", NULL)) == NULL ||
-        (r->tensor_class = attribute(builder, "_tensor_class", NULL)) == NULL) {
+        (r->tensor_class = attribute(builder, "_tensor_class", NULL)) == NULL ||
+        (r->names = attribute(builder, "names", &PyList_Type)) == NULL ||
+        (r->plans = attribute(builder, "plans", &PyDict_Type)) == NULL ||
+        (r->spans_append = append_of(builder, "spans")) == NULL ||
+        (r->parts_append = append_of(builder, "parts")) == NULL ||
+        (r->first_row_append = append_of(builder, "first_row")) == NULL ||
+        (r->plan = attribute(builder, "_plan", NULL)) == NULL ||
+        (r->other_rows = attribute(builder, "_other_rows", NULL)) == NULL ||
+        (r->flush = attribute(builder, "_flush", NULL)) == NULL) {
         Py_DECREF(r);
         return NULL;
     }
@@ -427,9 +678,10 @@ static PyTypeObject RowsType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe_lite.compare._fast_table.Rows",
     .tp_basicsize = sizeof(Rows),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "Rows(builder, plain_file_name, no_stats)(record, parts) -> bool: compare.table._Builder._usual "
-              "of that builder, whose lists and dicts it keeps (they are never replaced); no_stats: the tuple a "
-              "value's row adds to stats.",
+    .tp_doc = "Rows(builder, plain_file_name, no_stats, batch)(record, parts) -> bool: compare.table._Builder._usual "
+              "of that builder, whose lists, dicts and arrays it keeps (they are never replaced); no_stats: the tuple "
+              "a value's row adds to stats; batch: the rows after which the builder's _flush is called.",
+    .tp_methods = Rows_methods,
     .tp_new = Rows_new,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Rows, vectorcall),
@@ -439,7 +691,7 @@ static PyTypeObject RowsType = {
 };
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_fast_table",
-                                    "The usual record's rows of compare/table.py in C.", -1, NULL};
+                                    "The usual record's rows and lines of compare/table.py in C.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__fast_table(void) {
     INTERN(s_type, "type")
@@ -451,6 +703,11 @@ PyMODINIT_FUNC PyInit__fast_table(void) {
     INTERN(s_empty, "")
     INTERN(s_hex, "hex")
     INTERN(s_done, "done")
+    INTERN(s_offset, "offset")
+    INTERN(s_comma, "comma")
+    INTERN(s_closed, "closed")
+    INTERN(s_line, "line")
+    INTERN(s_fast_loads, "fast_loads")
     INTERN(s_stats[0], "Max")
     INTERN(s_stats[1], "Min")
     INTERN(s_stats[2], "Mean")

@@ -31,11 +31,13 @@ _PART_BITS = {"input_args": 1, "input_kwargs": 1, "input": 1, "grad_output": 1, 
 _ROLE_CODES = {"input": 0, "output": 1}
 _TENSOR, _OTHER_TENSOR, _VALUE = 0, 1, 2     # Table.kind
 _CHUNK = 1 << 20                             # bytes read at a time by the streaming route
+_LINES = 1 << 20                             # bytes of whole lines read at a time by the line route in C
 _NAN4 = (float("nan"),) * 4
 _BATCH = 16384                               # rows gathered in lists before they move to arrays
 _TENSOR_FIELDS = itemgetter("dtype", "shape", "Max", "Min", "Mean", "Norm")
-# an integer of 20 digits or more: perhaps beyond 64 bits, which orjson reads as a float and json exactly
-_BIG_INT = re.compile(rb'"value": -?\d{20}')
+_DIGITS_AS_ZEROS = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))  # bytes.translate: every digit a 0
+# 19 digits or more that are no float's fraction, exponent or integer part
+_INTEGER_19 = re.compile(rb"(?<![.eE0-9])(?<![eE][+-])[0-9]{19,}(?![0-9.eE])")
 
 try:  # _Builder._usual in C (what it meets first calls back here); optional like the other kernels
     native.require("_fast_table")
@@ -90,34 +92,34 @@ class _Builder:
         self.objs, self.values = {}, {}  # values: the value objects met, by content, shared between rows
         self.md5 = False
         if _Rows is not None:  # the C route of _usual: it keeps these lists and dicts, so they are never replaced
-            self._usual = _Rows(self, plain_file_name, _NAN4)
+            self._usual = _Rows(self, plain_file_name, _NAN4, _BATCH)
 
     def add(self, name, record, offset: int, length: int) -> None:
+        """A record and its rows. _fast_table.c's Rows.lines does the same for each line it reads."""
         if record.__class__ is not dict or not name:
             raise _Refused
         self.names.append(name)
         self.spans.append(offset)
         self.spans.append(length)
         keys = tuple(record)
-        plan = self.plans.get(keys)
-        if plan is None:
-            plan = self._plan(keys)
-            if len(self.plans) < 4096:
-                self.plans[keys] = plan
-        bits, parts = plan
+        bits, parts = self.plans.get(keys) or self._plan(keys)
         self.parts.append(bits)
         start = len(self.suffix)
         if not (parts and self._usual(record, parts)):
-            self._truncate(start)
-            try:
-                rows = record_rows(name, record)
-            except RowError:
-                raise _Refused from None
-            for row in rows:
-                self._row(name, row)
+            self._other_rows(name, record, start)
         if len(self.suffix) >= _BATCH:
             self._flush()
         self.first_row.append(self.done + len(self.suffix))
+
+    def _other_rows(self, name, record, start: int) -> None:
+        """A record that is not usual: what _usual appended of it dropped, its rows made by record_rows."""
+        self._truncate(start)
+        try:
+            rows = record_rows(name, record)
+        except RowError:
+            raise _Refused from None
+        for row in rows:
+            self._row(name, row)
 
     def _flush(self) -> None:
         self.done += len(self.suffix)
@@ -130,13 +132,16 @@ class _Builder:
 
     def _plan(self, keys: tuple) -> tuple:
         """(Table.parts bits, (key, infix, role code, suffix codes of its list items) of each part present, in
-        row order) for a record's keys."""
+        row order) for a record's keys; kept in `plans` for the next record of these keys."""
         present = frozenset(keys)
         bits = 0
         for key in present:
             bits |= _PART_BITS.get(key, 0)
-        return bits, tuple((key, infix, _ROLE_CODES[role], self.list_codes.setdefault(infix, []))
+        plan = bits, tuple((key, infix, _ROLE_CODES[role], self.list_codes.setdefault(infix, []))
                            for key, infix, role in _PARTS if key in present)
+        if len(self.plans) < 4096:
+            self.plans[keys] = plan
+        return plan
 
     def _suffix(self, text: str) -> int:
         return self.suffix_codes.setdefault(text, len(self.suffix_codes))
@@ -301,6 +306,13 @@ def read_table(path: str, fast_json: bool = True) -> Table | None:
 _DATA = b'"data": {'
 
 
+def _big_int(line: bytes) -> bool:
+    """Whether the line holds an integer of 19 digits or more, wherever it stands: perhaps beyond 64 bits,
+    which orjson reads as a float and json exactly. The regex only where translate finds 19 digits in a row
+    (a float's, as 0.00012345678901234567, or an integer's): it takes ten times longer."""
+    return b"0" * 19 in line.translate(_DIGITS_AS_ZEROS) and _INTEGER_19.search(line) is not None
+
+
 def _read_lines(path: str, f, fast_loads):
     """Our dumper's layout: the header's keys on the first line ending in `"data": {`, one `"name": {...}`
     per line joined by `,\\n`, then `}}`. None at the first line that is not so (the streaming route reads it);
@@ -320,48 +332,70 @@ def _read_lines(path: str, f, fast_loads):
         return None
     if header.__class__ is not dict or "data" in header:
         return None
-    build, offset, scan = _Builder(), len(first), json.JSONDecoder().scan_once
-    comma = closed = False  # comma: the last record line ended with ","; closed: the `}}` line was read
-    for line in f:
-        text = line.decode("utf-8")
-        if closed or not text.startswith('"'):
-            if not (closed and not text.strip()):
-                if closed or comma or text.strip() != "}}":
-                    return None
-                closed = True
-            offset += len(line)
-            continue
-        if build.names and not comma:
-            return None  # a record after the last one
+    build = _Builder()
+    lines = _Lines(build, len(first), fast_loads)
+    if fast_loads is not None and _Rows is not None:  # whole lines a chunk at a time, each read in C
+        while chunk := f.read(_LINES):
+            if not build._usual.lines(chunk + f.readline(), lines):
+                return None
+    else:
+        for line in f:
+            if not lines.line(line):
+                return None
+    return build.table(path, header) if lines.closed else None
+
+
+class _Lines:
+    """Our layout's lines after the header, one at a time: the byte offset of the next one, whether the last
+    record line ended with a comma, whether the closing `}}` was read. _fast_table.c's Rows.lines reads the
+    usual record lines (ASCII, a plain name) as `line` does, and hands it any other."""
+
+    def __init__(self, build: _Builder, offset: int, fast_loads):
+        self.build, self.offset, self.fast_loads = build, offset, fast_loads
+        self.scan = json.JSONDecoder().scan_once
+        self.comma = self.closed = False
+
+    def line(self, line: bytes) -> bool:
+        """A line (its end included) read: its record added, or the end of the data noted; False where the
+        file is not in our layout (the streaming route reads it). _Refused for a record the route refuses."""
+        text, build, offset = line.decode("utf-8"), self.build, self.offset
+        self.offset += len(line)
+        if self.closed or not text.startswith('"'):
+            if not (self.closed and not text.strip()):
+                if self.closed or self.comma or text.strip() != "}}":
+                    return False
+                self.closed = True
+            return True
+        if build.names and not self.comma:
+            return False  # a record after the last one
         end = len(text.rstrip("\r\n"))
-        comma = text.endswith(",", 0, end)
-        end -= comma
+        self.comma = text.endswith(",", 0, end)
+        end -= self.comma
         try:
             name, start = scanstring(text, 1)
         except ValueError:
-            return None
+            return False
         if not text.startswith(": ", start):
-            return None
+            return False
         start += 2
         record = None
-        if fast_loads is not None and not (b'"int"' in line and _BIG_INT.search(line)):
+        if self.fast_loads is not None and not _big_int(line):
             try:
-                record = fast_loads(text[start:end])
+                record = self.fast_loads(text[start:end])
             except ValueError:  # NaN or Infinity, which only json reads
                 pass
         if record is None:  # json's scanner itself: no slice, no call through json.loads
             try:
-                record, stop = scan(text, start)
+                record, stop = self.scan(text, start)
             except (StopIteration, ValueError):
-                return None
+                return False
             if stop > end or text[stop:end].strip():
-                return None
+                return False
         if text.isascii():
             build.add(name, record, offset + start, end - start)
         else:
             build.add(name, record, offset + len(text[:start].encode()), len(text[start:end].encode()))
-        offset += len(line)
-    return build.table(path, header) if closed else None
+        return True
 
 
 class _Stream:
