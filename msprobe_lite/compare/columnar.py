@@ -12,7 +12,6 @@ the two routes give the same verdicts, reasons and table (tests/test_compare_col
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
@@ -59,25 +58,37 @@ class _Calls:
 
     def __init__(self, names: list, golden_names: list):
         self.names, self.golden_names, self.n = names, golden_names, len(names)
-        split = [_split(name) for name in names]
-        bases = [sys.intern(base) for base, _, _ in split]  # a few hundred APIs: one text each
-        direction = [_DIRECTION.get(d, OTHER) for _, d, _ in split]
+        keys, direction, alone = [], [], []
+        by_base: dict = {}  # (base, direction) -> whether its records are judged alone, their names aside
+        for name in names:
+            # pair.split_name, its usual case (`Functional.linear.3.forward`) first
+            base, index, word = name.rsplit(".", 2) if name.count(".") >= 2 else (name, "", "")
+            if word in _DIRECTION and index.isdigit():
+                index = int(index)
+            else:
+                base, word, index = split_name(name)
+            keys.append((base, index))
+            direction.append(_DIRECTION.get(word, OTHER))
+            judged = by_base.get((base, word))
+            if judged is None:
+                judged = by_base[base, word] = _judged_alone(base, direction[-1])
+            alone.append(judged or name.startswith("Distributed."))
         self.direction = np.array(direction, dtype=np.int8)
-        self.alone = _judged_alone(names, bases, direction)
+        self.alone = np.array(alone, dtype=bool)
         # each backward record's forward call (its index), where judged before it: what it also depends on
-        forward_at = {(b, i): k for k, (b, (_, _, i), d) in enumerate(zip(bases, split, direction)) if d == FORWARD}
         n = self.n
-        self.forward_of = np.array([forward_at.get((b, i), n) if d == BACKWARD else n
-                                    for b, (_, _, i), d in zip(bases, split, direction)], dtype=np.int64)
+        forward_at = {key: k for k, (key, d) in enumerate(zip(keys, direction)) if d == FORWARD}
+        self.forward_of = np.array([forward_at.get(key, n) if d == BACKWARD else n for key, d in zip(keys, direction)],
+                                   dtype=np.int64)
         self.forward_of[self.forward_of >= np.arange(n)] = -1
 
 
-def _split(name: str) -> tuple:
-    """pair.split_name, its usual case (`Functional.linear.3.forward`) first."""
-    base, index, direction = name.rsplit(".", 2) if name.count(".") >= 2 else (name, "", "")
-    if direction in _DIRECTION and index.isdigit():
-        return base, direction, int(index)
-    return split_name(name)
+def _judged_alone(base: str, direction: int) -> bool:
+    """Whether the records of an API and direction get their verdict from more than their measures: not a
+    call (no direction), a dropout (its verdict names it), a record two tools write for two quantities. (A
+    collective's, named by its record's name, too.)"""
+    return direction == OTHER or "dropout" in base.lower() or \
+        quantities.may_differ(base, "backward" if direction == BACKWARD else "forward")
 
 
 def _calls(t_tab, g_tab, target, golden, judge, rename_t, rename_g) -> _Calls | None:
@@ -230,14 +241,6 @@ def _segment_max(values, rec, n: int, default: float) -> np.ndarray:
     with np.errstate(invalid="ignore"):  # NaN of rows that are not plain: their records are judged on their rows
         np.maximum.at(out, rec, values)
     return out
-
-
-def _judged_alone(names: list, bases: list, direction: list) -> np.ndarray:
-    """The records whose verdict needs more than their measures: not a call (no direction), a dropout or a
-    collective (their verdict names them), a record two tools write for two quantities."""
-    return np.array([d == OTHER or "dropout" in name.lower() or name.startswith("Distributed.") or
-                     quantities.may_differ(base, "backward" if d == BACKWARD else "forward")
-                     for name, base, d in zip(names, bases, direction)], dtype=bool)
 
 
 class _State:
