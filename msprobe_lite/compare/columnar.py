@@ -429,10 +429,6 @@ class _State:
                 sink.add_lines([tuple(row[key] for key in columns) for row in self.row_dicts[stop]])
                 k = stop + 1
 
-    def _verdict_cells(self, k: int) -> tuple:
-        v = self.verdicts.get(k)
-        return (PASS, "") if v is None else (v.result, "; ".join(v.reasons))
-
     def _record_lines(self, k: int, columns: list) -> list:
         """Record k's lines, values in column order, for report.html (shapes as the table's text)."""
         if k in self.row_dicts:
