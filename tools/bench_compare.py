@@ -5,7 +5,7 @@ a scalar keyword, one output; a forward and a backward record per call, a few hu
 records/s and MB/s of dump.json read. Tensor mode (--tensors K): K float32 tensors of --elements each per
 side, saved as .npy, compared with --workers processes; reports MB/s of tensor files read.
 
-    .venv/bin/python tools/bench_compare.py --records 100000 [--memory]
+    .venv/bin/python tools/bench_compare.py --records 100000 [--repeat 5] [--memory]
     .venv/bin/python tools/bench_compare.py --tensors 48 --elements 1000000 --workers 1
 """
 from __future__ import annotations
@@ -14,6 +14,8 @@ import argparse
 import json
 import os
 import random
+import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -140,6 +142,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
     parser.add_argument("--memory", action="store_true", help="compare in a fresh process, and say the peak memory "
                         "of its processes (the time then includes the interpreter's start)")
+    parser.add_argument("--repeat", type=int, default=5, help="compares timed (statistics mode): the median is "
+                        "reported, a shared machine's noise being 20%% from one run to the next")
     args = parser.parse_args(argv)
     if args.tensors:
         return tensor_bench(args)
@@ -148,15 +152,20 @@ def main(argv=None) -> int:
         golden = write_dump(os.path.join(tmp, "g", "step0", "rank"), args.records, 2, 0.0)
         size = os.path.getsize(target) + os.path.getsize(golden)
         out = os.path.join(tmp, "out")
-        start = time.perf_counter()
-        if args.memory:  # in a fresh process: what making the dumps left here is not compare's
-            peak = peak_memory([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); from "
-                                f"msprobe_lite.compare import compare; compare({target!r}, {golden!r}, {out!r}, "
-                                f"quiet=True, html=True, workers={args.workers})"])
-        else:
-            compare(target, golden, out, quiet=True, html=True, workers=args.workers)
-        elapsed = time.perf_counter() - start
-    print(f"{args.records} records per side, {size / 1e6:.1f} MB of dump.json: {elapsed:.2f} s, "
+        times = []
+        for _ in range(1 if args.memory else max(args.repeat, 1)):
+            shutil.rmtree(out, ignore_errors=True)
+            start = time.perf_counter()
+            if args.memory:  # in a fresh process: what making the dumps left here is not compare's
+                peak = peak_memory([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); from "
+                                    f"msprobe_lite.compare import compare; compare({target!r}, {golden!r}, {out!r}, "
+                                    f"quiet=True, html=True, workers={args.workers})"])
+            else:
+                compare(target, golden, out, quiet=True, html=True, workers=args.workers)
+            times.append(time.perf_counter() - start)
+    elapsed = statistics.median(times)
+    runs = f" (median of {len(times)}: {', '.join(f'{t:.2f}' for t in sorted(times))} s)" if len(times) > 1 else ""
+    print(f"{args.records} records per side, {size / 1e6:.1f} MB of dump.json: {elapsed:.2f} s{runs}, "
           f"{args.records / elapsed:,.0f} records/s, {size / 1e6 / elapsed:.1f} MB/s")
     if args.memory:
         print(f"peak memory of compare's processes (Pss, the interpreter's start included): {peak / 1e6:.0f} MB, "
