@@ -550,18 +550,15 @@ static PyObject *Rows_lines(Rows *r, PyObject *args) {
     int comma, closed, ok = 1;
     if (line == NULL || reader_state(reader, &offset, &comma, &closed) < 0)
         goto error;
-    const char *p = PyBytes_AS_STRING(chunk);
+    const char *p = PyBytes_AS_STRING(chunk); /* the arguments' tuple holds chunk while reader.line runs */
     Py_ssize_t size = PyBytes_GET_SIZE(chunk);
-    Py_INCREF(chunk);
     for (Py_ssize_t at = 0; at < size && ok;) {
         const char *newline = memchr(p + at, '\n', size - at);
         Py_ssize_t n = newline ? newline - (p + at) + 1 : size - at;
         /* r->suffix is NULL once the garbage collector cleared this object: the builder's Python reads on */
         int done = closed || r->suffix == NULL || loads == Py_None ? 0 : usual_line(r, p + at, n, offset, &comma, loads);
-        if (done < 0) {
-            Py_DECREF(chunk);
+        if (done < 0)
             goto error;
-        }
         if (done) {
             offset += n;
         } else {
@@ -570,14 +567,11 @@ static PyObject *Rows_lines(Rows *r, PyObject *args) {
             Py_XDECREF(piece);
             ok = answer ? PyObject_IsTrue(answer) : -1;
             Py_XDECREF(answer);
-            if (ok < 0 || reader_state(reader, &offset, &comma, &closed) < 0) {
-                Py_DECREF(chunk);
+            if (ok < 0 || reader_state(reader, &offset, &comma, &closed) < 0)
                 goto error;
-            }
         }
         at += n;
     }
-    Py_DECREF(chunk);
     if (set_reader_state(reader, offset, comma) < 0)
         goto error;
     Py_DECREF(loads);
