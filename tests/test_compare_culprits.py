@@ -367,7 +367,7 @@ def test_the_verdict_blocks_why_keeps_a_parenthesis_whole():
     """The block's "why" is a reason's first clause: cut at "; " outside parentheses, not inside one."""
     from msprobe_lite.compare.console import block
 
-    reason = ("inputs already differ by 0.2 of their magnitude, earlier calls' outputs by at most 0: the runs "
+    reason = ("inputs already differ by 0.2 of their magnitude, earlier calls' outputs do not: the runs "
               "parted before this module, in code that is not recorded (at L0 what runs between modules; or the "
               "input data); 1 earlier forward call did not pair")
     found = {"name": "Module.attn.Attention.forward.0", "reason": reason, "stack": []}

@@ -633,9 +633,9 @@ class Judge:
         verdict.first_seen = True
         where = f" (most in {data_at.lstrip('.')}{', which requires grad, as a weight does' if weight else ''})" \
             if inputs else ""
+        earlier = "do not" if explained == 0 else f"by at most {_fmt(explained)}"  # not "by at most 0: the ..."
         verdict.raise_to(WARNING, f"{what} by {_fmt(err)} of their magnitude{where}, earlier calls' "
-                                  f"{'inputs' if missing == 'outputs' else 'outputs'} by at most "
-                                  f"{_fmt(explained)}: {why}")
+                                  f"{'inputs' if missing == 'outputs' else 'outputs'} {earlier}: {why}")
 
     def _one_sided(self, suffix, row, only: list, side: str) -> list:
         """The problems of a scalar argument that one run passes and the other does not. In one framework, a
