@@ -50,15 +50,21 @@ typedef struct {
     Py_ssize_t batch;                                           /* rows gathered before a flush */
 } Rows;
 
+/* dict[key], or make(key) where the dict has no such key: a new reference, or NULL with an exception set. */
+static PyObject *kept_or_made(PyObject *dict, PyObject *key, PyObject *make) {
+    PyObject *value = PyDict_GetItemWithError(dict, key);
+    if (value != NULL) {
+        Py_INCREF(value);
+        return value;
+    }
+    return PyErr_Occurred() ? NULL : PyObject_CallOneArg(make, key);
+}
+
 /* The suffix code of `text` (a new reference): the builder's dict holds it, or its _suffix makes it. */
 static PyObject *suffix_code(Rows *r, PyObject *text) {
     if (text == NULL)
         return NULL;
-    PyObject *code = PyDict_GetItemWithError(r->suffix_codes, text);
-    if (code != NULL)
-        Py_INCREF(code);
-    else if (!PyErr_Occurred())
-        code = PyObject_CallOneArg(r->new_suffix, text);
+    PyObject *code = kept_or_made(r->suffix_codes, text, r->new_suffix);
     Py_DECREF(text);
     return code;
 }
@@ -389,11 +395,7 @@ static int add(Rows *r, PyObject *name, PyObject *record, long long at, long lon
     PyObject *keys = PySequence_Tuple(record);
     if (keys == NULL)
         return -1;
-    PyObject *plan = PyDict_GetItemWithError(r->plans, keys);
-    if (plan != NULL)
-        Py_INCREF(plan);
-    else if (!PyErr_Occurred())
-        plan = PyObject_CallOneArg(r->plan, keys);
+    PyObject *plan = kept_or_made(r->plans, keys, r->plan);
     Py_DECREF(keys);
     if (plan == NULL)
         return -1;
