@@ -689,3 +689,15 @@ def test_each_line_variant_reads_the_same_through_c_and_python(tmp_path, monkeyp
         assert_same_tables(c, python)
         read += c is not None
     assert 10 < read < len(_line_variants(t))
+
+
+@c_route
+@pytest.mark.parametrize("depth", [1005, 1015])
+def test_a_record_too_deep_for_its_rows_is_refused_by_both_routes(tmp_path, monkeypatch, depth):
+    """A value's dtype nested a thousand deep: orjson reads the line, making its row's text (str) runs out of
+    recursion; both routes refuse the file (the C route used to lose that error and raise SystemError)."""
+    path = tmp_path / "dump.json"
+    dtype = "[" * depth + "]" * depth
+    path.write_text('{"data": {\n"F.f.0.forward": {"output": [{"type": "x", "dtype": %s}]}\n}}\n' % dtype)
+    assert _table_by("C", str(path), monkeypatch) is None
+    assert _table_by("Python", str(path), monkeypatch) is None

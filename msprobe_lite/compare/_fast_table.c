@@ -406,8 +406,9 @@ static int add(Rows *r, PyObject *name, PyObject *record, long long at, long lon
     }
     PyObject *bits = PyObject_CallOneArg(r->parts_append, PyTuple_GET_ITEM(plan, 0));
     Py_ssize_t start = PyList_GET_SIZE(r->suffix);
-    int usual = bits == NULL ? -1 : PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 1)) > 0 &&
-                                        record_rows(r, record, PyTuple_GET_ITEM(plan, 1));
+    int usual = bits == NULL                                         ? -1
+                : PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 1)) > 0 ? record_rows(r, record, PyTuple_GET_ITEM(plan, 1))
+                                                                 : 0; /* not &&: that makes record_rows' -1 a 1 */
     Py_XDECREF(bits);
     Py_DECREF(plan);
     if (usual < 0)
