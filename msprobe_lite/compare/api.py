@@ -379,7 +379,7 @@ def _compare_one(step, rank, target_path, golden_path, output_dir, rename, times
         judge = Judge(mode, None, *_row_tails(t_names, g_names), distributed=rank is not None, later_step=bool(step))
         walked = columnar.walk(*tables, target, golden, judge, step, None if names_as_they_are else rename_t,
                                rename_g, lambda: report.CsvSink(csv_path, judge.columns, native=native_csv,
-                                                                threads=1 if native_csv else 0))
+                                                                threads=2 if native_csv else 0))
         if walked is not None:
             return _finish(walked, mode, note, step, rank, target, golden, target_path, golden_path, rename,
                            csv_path, [csv_path], judge.files_not_read)
