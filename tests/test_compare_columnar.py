@@ -297,3 +297,18 @@ def test_a_construct_json_that_is_a_fifo_is_said_not_waited_for(tmp_path, golden
     from msprobe_lite.compare import CompareError
     with pytest.raises(CompareError, match="construct.json"):
         compare(str(folder), os.path.join(golden, "step0", "rank"), str(tmp_path / "out"), quiet=True)
+
+
+def test_call_indexes_in_other_digits_compare_alike_and_do_not_fail(tmp_path, monkeypatch, golden):
+    """A call index that str.isdigit() takes and int() does not (a superscript two) is no index, one in another
+    script's decimal digits (Arabic-Indic one) is: both routes read them so, where the index used to raise."""
+    with open(os.path.join(golden, "step0", "rank", "dump.json"), encoding="utf-8") as f:
+        content = json.load(f)
+    data = content.pop("data")
+    names = list(data)
+    odd = {names[3]: "Functional.odd.\u00b2.forward", names[5]: "Functional.odd.\u0661.forward",
+           names[7]: "Functional.odd.\u0661.backward"}
+    data = {odd.get(name, name): record for name, record in data.items()}
+    for side in ("t", "g"):
+        _write(tmp_path / side / "step0" / "rank", content, data, "lines")
+    assert both_routes(tmp_path / "t" / "step0" / "rank", tmp_path / "g" / "step0" / "rank", tmp_path, monkeypatch)

@@ -63,7 +63,7 @@ class _Calls:
         for name in names:
             # pair.split_name, its usual case (`Functional.linear.3.forward`) first
             base, index, word = name.rsplit(".", 2) if name.count(".") >= 2 else (name, "", "")
-            if word in _DIRECTION and index.isdigit():
+            if word in _DIRECTION and index.isdecimal():
                 index = int(index)
             else:
                 base, word, index = split_name(name)

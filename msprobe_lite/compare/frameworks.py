@@ -101,7 +101,7 @@ class Translation:
         PyTorch positions a list leaves out are taken to hold no tensor (LayerNorm's normalized_shape)."""
         parts = tail.split(".")
         order = self._order(record) if record else None
-        if order and len(parts) >= 3 and parts[2].isdigit() and int(parts[2]) < len(order[0]) \
+        if order and len(parts) >= 3 and parts[2].isdecimal() and int(parts[2]) < len(order[0]) \
                 and parts[1] == ("input" if order[1] == "forward" else "output"):
             parts[2] = str(order[0][int(parts[2])])
         elif len(parts) >= 3 and parts[1] == "parameters":

@@ -31,9 +31,9 @@ def split_name(name: str):
     """(base, direction, index): `Functional.linear.3.forward` -> (Functional.linear, forward, 3),
     `Module.fc.Linear.backward.1` -> (Module.fc.Linear, backward, 1); anything else -> (name, None, None)."""
     parts = name.split(".")
-    if len(parts) >= 3 and parts[-1] in _DIRECTIONS and parts[-2].isdigit():
+    if len(parts) >= 3 and parts[-1] in _DIRECTIONS and parts[-2].isdecimal():
         return ".".join(parts[:-2]), parts[-1], int(parts[-2])
-    if len(parts) >= 3 and parts[-2] in _DIRECTIONS and parts[-1].isdigit():
+    if len(parts) >= 3 and parts[-2] in _DIRECTIONS and parts[-1].isdecimal():
         return ".".join(parts[:-2]), parts[-2], int(parts[-1])
     return name, None, None
 

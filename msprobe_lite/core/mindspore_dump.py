@@ -76,7 +76,7 @@ def parse_name(file_name: str):
     if parts[-1] != "npy":
         return None
     io = next((i for i in range(len(parts) - 1, 4, -1) if parts[i] in ("input", "output")), None)
-    if io is None or not parts[io + 1].isdigit() or not parts[io - 1].isdigit():
+    if io is None or not parts[io + 1].isdecimal() or not parts[io - 1].isdecimal():
         return None
     head = ".".join(parts[:io - 3])
     if "." not in head:

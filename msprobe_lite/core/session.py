@@ -137,7 +137,7 @@ class Session:
         3-step run's step2 beside a 2-step run's steps read as the new run's)."""
         root, rank_folder = self.config.dump_path, writer.rank_folder(self.rank)
         try:
-            steps = [n for n in os.listdir(root) if n[:4] == "step" and n[4:].isdigit()
+            steps = [n for n in os.listdir(root) if n[:4] == "step" and n[4:].isdecimal()
                      and os.path.isdir(os.path.join(root, n, rank_folder))]
         except OSError:  # not made yet: the usual case
             return
