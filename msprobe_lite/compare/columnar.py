@@ -151,7 +151,7 @@ class _Rows:
             tv, gv = scalar_value(t_obj), scalar_value(g_obj)
             same = tv == gv or (isinstance(tv, float) and isinstance(gv, float) and tv != tv and gv != gv)
             self.pairs.append((t_obj, g_obj, same))
-        ok[scalars] = np.array([same for _, _, same in self.pairs], dtype=bool)[pair] if scalars.size else True
+        ok[scalars] = np.array([same for _, _, same in self.pairs], dtype=bool)[pair]
         self.pair[scalars] = pair
         self.ok = ok
         self.t_grad = t_tab.grad[self.t] & self.tensor

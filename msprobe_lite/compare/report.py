@@ -199,7 +199,7 @@ def _spelled_otherwise(values):
     size = np.abs(values)
     with np.errstate(invalid="ignore"):
         return ((size >= _ONE_EXPONENT_DIGIT[0]) & (size < _POSITIONAL_IN_POLARS[1]) |
-                (size >= 1e16) & (size != np.inf) | np.isnan(values))
+                (size >= _EXPONENT_FROM) & (size != np.inf) | np.isnan(values))
 
 
 def _written(values) -> list:
@@ -237,6 +237,7 @@ def text(value):
 # gives the same digits, positional down to 1e-05 and with one exponent digit
 _POSITIONAL_IN_POLARS = (1e-05, 1e-04)   # 0.0000123 in polars, 1.23e-05 in Python
 _ONE_EXPONENT_DIGIT = (1e-09, 1e-05)     # 1.5e-7 in polars, 1.5e-07 in Python
+_EXPONENT_FROM = 1e16                     # Python's exponent from here on (+ missing in polars 1)
 
 
 def spelled(values):
@@ -266,7 +267,7 @@ def _spelled(values):
     with np.errstate(invalid="ignore"):
         positional = np.flatnonzero((size >= _POSITIONAL_IN_POLARS[0]) & (size < _POSITIONAL_IN_POLARS[1]))
         padded = np.flatnonzero((size >= _ONE_EXPONENT_DIGIT[0]) & (size < _ONE_EXPONENT_DIGIT[1]))
-        large = np.flatnonzero((size >= 1e16) & np.isfinite(size))
+        large = np.flatnonzero((size >= _EXPONENT_FROM) & np.isfinite(size))
     nan = np.flatnonzero(np.isnan(values))
     if large.size:  # polars 1 writes 1e16 as 1e16, polars 2 as 1e+16 (repr's)
         texts = texts.scatter(large, texts.gather(large).str.replace(r"e(\d)", "e+${1}"))
